@@ -1,0 +1,51 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-sqlite lint format bench accuracy e2e clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed  ## virtualenv in .venv with kvcap and its development tools
+
+run: install  ## migrate the embedded SQLite default, load the built-in catalog, serve on :8000
+	$(BIN)/kvcap migrate
+	$(BIN)/kvcap catalog load
+	$(BIN)/kvcap serve --host $(HOST) --port $(PORT)
+
+test: install  ## the whole suite (Postgres when KVCAP_TEST_DATABASE_URL is set, SQLite otherwise)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-sqlite: install  ## the suite on SQLite even when KVCAP_TEST_DATABASE_URL is set
+	KVCAP_TEST_DATABASE_URL= $(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install  ## ruff, mypy and the import contracts
+	$(BIN)/ruff check service tests bench migrations
+	$(BIN)/ruff format --check service tests bench migrations
+	$(BIN)/mypy service
+	$(BIN)/lint-imports
+
+format: install
+	$(BIN)/ruff format service tests bench migrations
+	$(BIN)/ruff check --fix service tests bench migrations
+
+bench: install  ## benchmark table (ratios against baselines measured in the same run)
+	$(BIN)/python -m bench
+
+accuracy: install  ## predictions against recorded real vLLM start-ups
+	$(BIN)/python -m bench.accuracy
+
+e2e: install  ## opt-in: start a real vLLM (CPU) and compare kvcap's predictions with it
+	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache kvcap.db

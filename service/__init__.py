@@ -1,0 +1,1 @@
+"""kvcap: capacity planning for LLM serving with vLLM."""

@@ -1,0 +1,1 @@
+"""Shared web kit: dependencies, error rendering, pagination, ETags, health. No domain imports."""

@@ -1,0 +1,102 @@
+"""The FastAPI application: routers, error rendering, limits, and the lifespan that owns engines and tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy.engine import make_url
+
+from service.api.errors import install_error_handlers
+from service.api.health import router as health_router
+from service.api.limits import BodySizeLimit
+from service.catalog.builtin import builtin_snapshot
+from service.catalog.router import router as catalog_router
+from service.catalog.snapshot import CatalogHolder
+from service.db.session import create_engine, create_sessionmaker
+from service.logs import configure_logging
+from service.settings import Settings, get_settings
+
+logger = logging.getLogger("kvcap.app")
+
+
+async def _every(seconds: float, job: Callable[[], Awaitable[object]], name: str) -> None:
+    """Run ``job`` every ``seconds``; failures are logged and retried on the next tick, never fatal."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await job()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("%s failed: %s", name, type(exc).__name__)
+
+
+async def start_catalog(app: FastAPI) -> None:
+    """Load the catalog snapshot from the database, or serve the built-in catalog if that is impossible."""
+    holder = CatalogHolder(builtin_snapshot())
+    app.state.catalog = holder
+    try:
+        snapshot = await holder.reload(app.state.sessionmaker)
+    except Exception as exc:
+        holder.replace(builtin_snapshot())
+        holder.last_error = f"{type(exc).__name__}"
+        logger.warning(
+            "catalog not readable from the database (%s); serving the built-in catalog", type(exc).__name__
+        )
+        return
+    if not snapshot.models and not snapshot.gpus:
+        holder.replace(builtin_snapshot())
+        logger.warning(
+            "the database catalog is empty (run `kvcap catalog load`); serving the built-in catalog"
+        )
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+    app.state.engine = engine
+    app.state.sessionmaker = create_sessionmaker(engine)
+    logger.info("database %s", make_url(settings.database_url).render_as_string(hide_password=True))
+    await start_catalog(app)
+    tasks = [
+        asyncio.create_task(
+            _every(
+                settings.catalog_refresh_seconds,
+                lambda: app.state.catalog.reload(app.state.sessionmaker),
+                "catalog refresh",
+            )
+        )
+    ]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await engine.dispose()
+
+
+def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) -> FastAPI:
+    """Build the app. Tests pass ``with_lifespan=False`` and set ``app.state`` themselves."""
+    settings = settings or get_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    app = FastAPI(
+        title="kvcap",
+        version="0.1.0",
+        summary="Capacity planner for LLM serving with vLLM",
+        lifespan=lifespan if with_lifespan else None,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
+    app.include_router(health_router)
+    app.include_router(catalog_router)
+    return app

@@ -1,0 +1,128 @@
+"""An immutable in-memory copy of the catalog, so plans and admission never wait on the database.
+
+The app holds one ``CatalogSnapshot`` in a ``CatalogHolder``. Writes through this replica swap in a fresh
+snapshot right after they commit; a background task reloads every ``KVCAP_CATALOG_REFRESH_SECONDS`` to pick up
+writes made through other replicas. When the database is down the last good snapshot keeps serving (at start-up,
+the built-in catalog does).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.catalog.convert import gpu_spec, model_spec
+from service.catalog.repository import GpuRepository, ModelRepository
+from service.catalog.schemas import GpuCreate, GpuRead, ModelCreate, ModelRead
+from service.core.specs import GpuSpec, ModelSpec
+
+logger = logging.getLogger("kvcap.catalog")
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogModel:
+    entry: ModelRead | ModelCreate
+    spec: ModelSpec
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogGpu:
+    entry: GpuRead | GpuCreate
+    spec: GpuSpec
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+
+def normalize_key(text: str) -> str:
+    """Case- and punctuation-insensitive key: ``NVIDIA-H100-80GB-HBM3`` ~ ``nvidia h100 80gb hbm3``."""
+    return re.sub(r"[^a-z0-9]+", "", text.lower())
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSnapshot:
+    models: Mapping[str, CatalogModel]
+    gpus: Mapping[str, CatalogGpu]
+    source: str
+    loaded_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    _model_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    _gpu_keys: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls, models: Iterable[ModelRead | ModelCreate], gpus: Iterable[GpuRead | GpuCreate], *, source: str
+    ) -> CatalogSnapshot:
+        model_map: dict[str, CatalogModel] = {}
+        model_keys: dict[str, str] = {}
+        for entry in models:
+            try:
+                spec = model_spec(entry)
+            except Exception as exc:  # a stored row the core rejects must not take the catalog down
+                logger.error("catalog model %s skipped: %s", entry.name, exc)
+                continue
+            model_map[entry.name] = CatalogModel(entry=entry, spec=spec)
+        # Exact names first, then HF ids, then aliases: a later, weaker key never shadows a stronger one.
+        for entry_model in model_map.values():
+            model_keys.setdefault(entry_model.name.lower(), entry_model.name)
+        for entry_model in model_map.values():
+            if entry_model.entry.hf_id:
+                model_keys.setdefault(entry_model.entry.hf_id.lower(), entry_model.name)
+        for entry_model in model_map.values():
+            for alias in entry_model.entry.aliases:
+                model_keys.setdefault(alias.lower(), entry_model.name)
+        gpu_map: dict[str, CatalogGpu] = {}
+        gpu_keys: dict[str, str] = {}
+        for gpu in gpus:
+            gpu_map[gpu.name] = CatalogGpu(entry=gpu, spec=gpu_spec(gpu.name, gpu))
+        for catalog_gpu in gpu_map.values():
+            gpu_keys.setdefault(normalize_key(catalog_gpu.name), catalog_gpu.name)
+        for catalog_gpu in gpu_map.values():
+            for label in catalog_gpu.entry.product_labels:
+                gpu_keys.setdefault(normalize_key(label), catalog_gpu.name)
+            if catalog_gpu.entry.display_name:
+                gpu_keys.setdefault(normalize_key(catalog_gpu.entry.display_name), catalog_gpu.name)
+        return cls(models=model_map, gpus=gpu_map, source=source, _model_keys=model_keys, _gpu_keys=gpu_keys)
+
+    def find_model(self, ref: str) -> CatalogModel | None:
+        """By catalog name, Hugging Face id or alias (case-insensitive)."""
+        name = self._model_keys.get(ref.strip().lower())
+        return self.models.get(name) if name else None
+
+    def find_gpu(self, ref: str) -> CatalogGpu | None:
+        """By catalog name, GPU-operator product label or display name (case/punctuation-insensitive)."""
+        name = self._gpu_keys.get(normalize_key(ref))
+        return self.gpus.get(name) if name else None
+
+
+class CatalogHolder:
+    """The current snapshot plus how to reload it; swapping the reference is atomic for readers."""
+
+    def __init__(self, snapshot: CatalogSnapshot) -> None:
+        self.snapshot = snapshot
+        self.last_error: str | None = None
+
+    def replace(self, snapshot: CatalogSnapshot) -> None:
+        self.snapshot = snapshot
+
+    async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> CatalogSnapshot:
+        async with sessionmaker() as session:
+            snapshot = await read_snapshot(session)
+        self.snapshot = snapshot
+        self.last_error = None
+        return snapshot
+
+
+async def read_snapshot(session: AsyncSession) -> CatalogSnapshot:
+    models = [ModelRead.model_validate(row) for row in await ModelRepository(session).all()]
+    gpus = [GpuRead.model_validate(row) for row in await GpuRepository(session).all()]
+    return CatalogSnapshot.build(models, gpus, source="database")

@@ -1,0 +1,465 @@
+"""Hugging Face ``config.json`` → ``ModelSpec``, with vLLM's own resolution rules.
+
+vLLM reads a model's memory-relevant numbers through ``ModelConfig`` (``vllm/config/model.py``); this module
+re-derives the same rules from a plain JSON mapping so that the catalog import and the planner agree with the
+engine:
+
+* multimodal configs keep the language model under ``text_config`` (Gemma 3, Llava, Mistral 3 …);
+* KV heads (``get_total_num_kv_heads``): Falcon ``multi_query`` without ``new_decoder_architecture`` → 1, else
+  the first of ``n_head_kv``, ``num_kv_heads``, ``num_key_value_heads``, ``multi_query_group_num``, else the
+  attention heads (MHA);
+* head size (``get_head_size``): MLA → ``kv_lora_rank + qk_rope_head_dim``; else ``head_dim``, else
+  ``hidden_size_per_head``, else ``hidden_size // num_attention_heads``;
+* layer kinds: ``layer_types`` when present; else the family's pattern (Gemma 2 alternates starting with a
+  sliding layer, Gemma 3 / Cohere 2 use ``sliding_window_pattern``, Qwen3-Next ``full_attention_interval``,
+  Jamba ``attn_layer_period``/``attn_layer_offset``, Qwen2-style ``use_sliding_window`` + ``max_window_layers``,
+  Llama 4 chunked attention); a bare ``sliding_window`` (Mistral 7B v0.1, Phi-3) makes every layer sliding;
+* default context (``_get_and_verify_max_len``): the smallest of the length keys, times the RoPE scaling factor
+  unless the type already bakes it in (``llama3``, ``longrope``, ``su``; Gemma 3's 128K is pre-scaled), with YaRN
+  scaling ``original_max_position_embeddings``.
+
+Values that Hugging Face's config classes fill in when a file omits them (Gemma's 256-wide heads, for example)
+come from ``_CLASS_DEFAULTS`` — vLLM sees the class default, so must we. Anything that cannot be interpreted raises
+``ConfigError`` naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from service.core.dtypes import normalize_model_dtype
+from service.core.errors import ConfigError, InvalidSpec
+from service.core.params import ParameterInputs, estimate_num_parameters
+from service.core.specs import LayerType, ModelSpec, StateSpec
+
+# transformers ``configuration_*.py`` defaults for keys that published config.json files often omit.
+_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma": {"head_dim": 256},
+    "gemma2": {"head_dim": 256, "sliding_window": 4096, "num_key_value_heads": 16},
+    "gemma3_text": {
+        "head_dim": 256,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 6,
+        "num_key_value_heads": 4,
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+    },
+    "cohere2": {"sliding_window_pattern": 4},
+    "qwen3_next": {"full_attention_interval": 4, "linear_conv_kernel_dim": 4},
+    "gpt_oss": {"head_dim": 64, "sliding_window": 128},
+}
+
+_LAYER_TYPE_NAMES: dict[str, LayerType] = {
+    "full_attention": LayerType.FULL,
+    "attention": LayerType.FULL,
+    "full": LayerType.FULL,
+    "global": LayerType.FULL,
+    "sliding_attention": LayerType.SLIDING,
+    "sliding": LayerType.SLIDING,
+    "local": LayerType.SLIDING,
+    "chunked_attention": LayerType.CHUNKED,
+    "linear_attention": LayerType.LINEAR,
+    "mamba": LayerType.MAMBA,
+    "mamba2": LayerType.MAMBA,
+}
+
+_MLA_MODEL_TYPES = frozenset(
+    {"deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear"}
+)
+_FALCON_MODEL_TYPES = frozenset({"falcon", "RefinedWeb", "RefinedWebModel"})
+_LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+_NON_GATED_MLP_TYPES = frozenset(
+    {"falcon", "RefinedWeb", "RefinedWebModel", "gpt2", "gpt_neox", "phi", "starcoder2", "opt", "bloom"}
+)
+_QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})
+
+
+class _Reader:
+    """Typed access to a config mapping that reports the offending key on error."""
+
+    def __init__(self, config: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+        self.config = config
+        self.defaults = defaults
+
+    def raw(self, key: str) -> Any:
+        if key in self.config and self.config[key] is not None:
+            return self.config[key]
+        return self.defaults.get(key)
+
+    def first(self, *keys: str) -> tuple[str, Any]:
+        for key in keys:
+            value = self.raw(key)
+            if value is not None:
+                return key, value
+        return keys[0], None
+
+    def int_(self, *keys: str, required: bool = False, minimum: int = 1) -> int | None:
+        key, value = self.first(*keys)
+        if value is None:
+            if required:
+                alias = f" (or {', '.join(keys[1:])})" if len(keys) > 1 else ""
+                raise ConfigError(f"is missing{alias}", field=key)
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+            raise ConfigError(f"must be an integer, got {value!r}", field=key)
+        if value < minimum:
+            raise ConfigError(f"must be ≥ {minimum}, got {value}", field=key)
+        return int(value)
+
+    def bool_(self, key: str, default: bool = False) -> bool:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(f"must be true or false, got {value!r}", field=key)
+        return value
+
+
+def _language_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The language-model part of a (possibly multimodal) config, and a note on where it came from."""
+    for key in ("text_config", "llm_config", "language_config"):
+        nested = config.get(key)
+        if isinstance(nested, Mapping):
+            merged = dict(nested)
+            for inherited in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+                if inherited not in merged and inherited in config:
+                    merged[inherited] = config[inherited]
+            if "architectures" not in merged and "architectures" in config:
+                merged["architectures"] = config["architectures"]
+            return merged, f"language model read from {key}"
+        if nested is not None:
+            raise ConfigError("must be an object", field=key)
+    return dict(config), ""
+
+
+def _kv_heads(r: _Reader, model_type: str, heads: int) -> tuple[int, str]:
+    if (
+        model_type in _FALCON_MODEL_TYPES
+        and not r.bool_("new_decoder_architecture")
+        and r.bool_("multi_query")
+    ):
+        return 1, "Falcon multi_query → 1 KV head"
+    key, value = r.first("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
+    if value is None:
+        return heads, "no KV head count in config → multi-head attention (KV heads = attention heads)"
+    kv = r.int_(key, required=True)
+    assert kv is not None
+    return kv, f"KV heads from {key}"
+
+
+def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tuple[tuple[LayerType, ...], str]:
+    explicit = r.raw("layer_types")
+    if explicit is not None:
+        if not isinstance(explicit, Sequence) or isinstance(explicit, str):
+            raise ConfigError("must be a list of layer kinds", field="layer_types")
+        if len(explicit) != layers:
+            raise ConfigError(
+                f"has {len(explicit)} entries but num_hidden_layers is {layers}", field="layer_types"
+            )
+        listed: list[LayerType] = []
+        for index, name in enumerate(explicit):
+            kind = _LAYER_TYPE_NAMES.get(str(name).lower())
+            if kind is None:
+                allowed = ", ".join(sorted(_LAYER_TYPE_NAMES))
+                raise ConfigError(
+                    f"unknown layer kind {name!r}; expected one of {allowed}", field=f"layer_types[{index}]"
+                )
+            listed.append(LayerType.MLA if is_mla and kind is LayerType.FULL else kind)
+        return tuple(listed), "layer kinds from layer_types"
+    if r.raw("hybrid_override_pattern") is not None:
+        raise ConfigError(
+            "per-layer MLP-only blocks are not supported yet; give layer_types",
+            field="hybrid_override_pattern",
+        )
+    if is_mla:
+        return (LayerType.MLA,) * layers, "MLA attention in every layer"
+    if model_type == "gemma2":
+        kinds = tuple(LayerType.SLIDING if i % 2 == 0 else LayerType.FULL for i in range(layers))
+        return kinds, "Gemma 2 alternates sliding (even layers) and full attention"
+    pattern = r.int_("sliding_window_pattern")
+    if pattern is not None and r.raw("sliding_window") is not None:
+        kinds = tuple(LayerType.FULL if (i + 1) % pattern == 0 else LayerType.SLIDING for i in range(layers))
+        return kinds, f"sliding_window_pattern {pattern}: every {pattern}th layer is full attention"
+    interval = r.int_("full_attention_interval")
+    if interval is not None:
+        kinds = tuple(LayerType.FULL if (i + 1) % interval == 0 else LayerType.LINEAR for i in range(layers))
+        return kinds, f"full_attention_interval {interval}: linear attention elsewhere"
+    period = r.int_("attn_layer_period")
+    if period is not None:
+        offset = r.int_("attn_layer_offset", minimum=0) or 0
+        kinds = tuple(LayerType.FULL if i % period == offset else LayerType.MAMBA for i in range(layers))
+        return kinds, f"attention every {period} layers (offset {offset}), Mamba elsewhere"
+    chunk = r.int_("attention_chunk_size")
+    if chunk is not None:
+        no_rope = r.raw("no_rope_layers")
+        if isinstance(no_rope, Sequence) and len(no_rope) == layers:
+            # Llama 4: layers that use RoPE attend within chunks; NoPE layers see the whole context.
+            return tuple(
+                LayerType.CHUNKED if flag else LayerType.FULL for flag in no_rope
+            ), "chunked attention on RoPE layers"
+        return (LayerType.CHUNKED,) * layers, "chunked attention in every layer"
+    window = r.raw("sliding_window")
+    if window is None:
+        return (LayerType.FULL,) * layers, ""
+    if "use_sliding_window" in r.config and not r.bool_("use_sliding_window"):
+        return (LayerType.FULL,) * layers, "use_sliding_window is false: full attention everywhere"
+    if r.bool_("use_sliding_window"):
+        full_layers = r.int_("max_window_layers", minimum=0) or 0
+        kinds = tuple(LayerType.FULL if i < full_layers else LayerType.SLIDING for i in range(layers))
+        return kinds, f"first {full_layers} layers full attention, sliding window after"
+    return (LayerType.SLIDING,) * layers, "sliding_window set without a pattern: every layer slides"
+
+
+def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...]) -> StateSpec | None:
+    if LayerType.LINEAR in kinds:
+        return StateSpec(
+            kind="gated_delta_net",
+            conv_kernel=r.int_("linear_conv_kernel_dim", required=True) or 4,
+            num_k_heads=r.int_("linear_num_key_heads", required=True) or 0,
+            num_v_heads=r.int_("linear_num_value_heads", required=True) or 0,
+            head_k_dim=r.int_("linear_key_head_dim", required=True) or 0,
+            head_v_dim=r.int_("linear_value_head_dim", required=True) or 0,
+        )
+    if LayerType.MAMBA not in kinds:
+        return None
+    num_heads = r.int_("mamba_n_heads", "mamba_num_heads")
+    if num_heads is not None:
+        head_dim = r.int_("mamba_d_head", "mamba_head_dim", required=True) or 0
+        expand = r.int_("mamba_expand", "expand")
+        inner = expand * hidden if expand else num_heads * head_dim
+        return StateSpec(
+            kind="mamba2",
+            conv_kernel=r.int_("mamba_d_conv", "conv_kernel", required=True) or 4,
+            intermediate_size=inner,
+            n_groups=r.int_("mamba_n_groups", "n_groups") or 1,
+            state_size=r.int_("mamba_d_state", "ssm_state_size", "state_size", required=True) or 0,
+            num_heads=num_heads,
+            head_dim=head_dim,
+        )
+    expand = r.int_("mamba_expand", "expand", required=True) or 2
+    return StateSpec(
+        kind="mamba1",
+        conv_kernel=r.int_("mamba_d_conv", "conv_kernel", required=True) or 4,
+        intermediate_size=expand * hidden,
+        state_size=r.int_("mamba_d_state", "state_size", required=True) or 16,
+    )
+
+
+def derive_max_model_len(r: _Reader, model_type: str) -> tuple[int | None, str]:
+    lengths = [(key, r.int_(key)) for key in _LENGTH_KEYS]
+    present = [(key, value) for key, value in lengths if value is not None]
+    if not present:
+        return None, ""
+    key, derived = min(present, key=lambda item: item[1])
+    note = f"default max_model_len from {key}"
+    scaling = r.raw("rope_scaling")
+    if isinstance(scaling, Mapping) and "gemma3" not in model_type:
+        rope_type = scaling.get("rope_type", scaling.get("type"))
+        if rope_type not in ("su", "longrope", "llama3", "default", "mrope", None):
+            factor = scaling.get("factor")
+            if isinstance(factor, int | float) and not isinstance(factor, bool) and factor > 0:
+                if rope_type == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
+                    derived = scaling["original_max_position_embeddings"]
+                derived = int(derived * factor)
+                note += f" × rope_scaling factor {factor:g} ({rope_type})"
+    return derived, note
+
+
+def _quantization(r: _Reader) -> str | None:
+    qc = r.raw("quantization_config")
+    if qc is None:
+        return None
+    if not isinstance(qc, Mapping):
+        raise ConfigError("must be an object", field="quantization_config")
+    method = str(qc.get("quant_method", "")).lower()
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
+        bits = qc.get("bits", qc.get("w_bit", 4))
+        return method.removesuffix("_marlin") if bits == 4 else f"{method.removesuffix('_marlin')}-int{bits}"
+    if method == "compressed-tensors":
+        for group in (qc.get("config_groups") or {}).values():
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            if isinstance(weights, Mapping):
+                bits, kind = weights.get("num_bits"), weights.get("type")
+                if bits == 8 and kind == "float":
+                    return "fp8"
+                if bits == 4 and kind == "float":
+                    return "nvfp4"
+                if bits in (4, 8) and kind == "int":
+                    return f"int{bits}"
+        return "compressed-tensors"
+    if method in ("fp8", "mxfp4", "bitsandbytes", "modelopt", "modelopt_fp4", "gguf", "fbgemm_fp8", "nvfp4"):
+        return method
+    if not method:
+        raise ConfigError("has no quant_method", field="quantization_config.quant_method")
+    return method
+
+
+def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = None) -> ModelSpec:
+    """Resolve a Hugging Face config the way vLLM does (see module docstring).
+
+    ``num_parameters`` is the published count when known; otherwise it is derived from the shapes.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError("must be a JSON object", field="hf_config")
+    text, origin = _language_config(config)
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    r = _Reader(text, _CLASS_DEFAULTS.get(model_type, {}))
+    notes = [origin] if origin else []
+
+    layers = r.int_("num_hidden_layers", "n_layer", "num_layers", "n_layers", required=True)
+    heads = r.int_("num_attention_heads", "n_head", "num_heads", "n_heads", required=True)
+    hidden = r.int_("hidden_size", "n_embd", "d_model", required=True)
+    vocab = r.int_("vocab_size", "padded_vocab_size", required=True)
+    assert layers is not None and heads is not None and hidden is not None and vocab is not None
+
+    kv_heads, kv_note = _kv_heads(r, model_type, heads)
+    notes.append(kv_note)
+    if kv_heads > heads:
+        raise ConfigError(f"({kv_heads}) exceeds num_attention_heads ({heads})", field="num_key_value_heads")
+
+    kv_lora_rank = r.int_("kv_lora_rank")
+    qk_rope = r.int_("qk_rope_head_dim")
+    is_mla = kv_lora_rank is not None and (model_type in _MLA_MODEL_TYPES or qk_rope is not None)
+    if is_mla and kv_lora_rank is not None:
+        if qk_rope is None:
+            raise ConfigError("is missing (needed with kv_lora_rank for MLA)", field="qk_rope_head_dim")
+        head_dim = kv_lora_rank + qk_rope
+        notes.append(
+            f"MLA: head size = kv_lora_rank {kv_lora_rank} + qk_rope_head_dim {qk_rope} = {head_dim}"
+        )
+    else:
+        explicit_head = r.int_("head_dim", "hidden_size_per_head")
+        if explicit_head is not None:
+            head_dim = explicit_head
+        else:
+            if hidden % heads:
+                raise ConfigError(
+                    f"is not given and hidden_size {hidden} is not divisible by num_attention_heads {heads}",
+                    field="head_dim",
+                )
+            head_dim = hidden // heads
+            notes.append(f"head_dim = hidden_size // num_attention_heads = {head_dim}")
+
+    kinds, kinds_note = _layer_types(r, model_type, layers, is_mla)
+    if kinds_note:
+        notes.append(kinds_note)
+    sliding_window = r.int_("sliding_window") if LayerType.SLIDING in kinds else None
+    if LayerType.SLIDING in kinds and sliding_window is None:
+        raise ConfigError("is missing but some layers use sliding attention", field="sliding_window")
+
+    dtype_key, dtype_value = r.first("torch_dtype", "dtype")
+    torch_dtype = "bfloat16"
+    if dtype_value is not None:
+        try:
+            torch_dtype = normalize_model_dtype(str(dtype_value), field=dtype_key)
+        except InvalidSpec as exc:
+            raise ConfigError(exc.message, field=dtype_key) from None
+        if torch_dtype == "float32":
+            # vLLM's ``dtype="auto"`` serves float32 checkpoints in 16-bit (``_resolve_auto_dtype``).
+            torch_dtype = "bfloat16"
+            notes.append("float32 checkpoint is served in 16-bit by vLLM's dtype=auto")
+    else:
+        notes.append("no torch_dtype in config: assuming bfloat16")
+
+    state = _state(r, hidden, kinds)
+    max_len, len_note = derive_max_model_len(r, model_type)
+    if len_note:
+        notes.append(len_note)
+
+    num_experts = r.int_("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    moe_inter = r.int_("moe_intermediate_size")
+    shared_inter = r.int_("shared_expert_intermediate_size")
+    n_shared = r.int_("n_shared_experts", "num_shared_experts")
+    first_dense = r.int_("first_k_dense_replace", minimum=0) or 0
+    intermediate = r.int_("intermediate_size", "ffn_hidden_size", "n_inner")
+
+    # transformers defaults: PretrainedConfig ties embeddings; Llama, Mistral, Qwen, Phi-3 … override to False.
+    tie = r.bool_(
+        "tie_word_embeddings", default=model_type.startswith("gemma") or model_type in _FALCON_MODEL_TYPES
+    )
+    if num_parameters is None:
+        num_parameters = estimate_num_parameters(
+            ParameterInputs(
+                num_hidden_layers=layers,
+                hidden_size=hidden,
+                num_attention_heads=heads,
+                num_key_value_heads=kv_heads,
+                head_dim=head_dim,
+                vocab_size=vocab,
+                intermediate_size=intermediate,
+                tie_word_embeddings=tie,
+                gated_mlp=model_type not in _NON_GATED_MLP_TYPES,
+                qkv_bias=model_type in _QKV_BIAS_TYPES or r.bool_("attention_bias"),
+                layer_types=kinds,
+                kv_lora_rank=kv_lora_rank,
+                q_lora_rank=r.int_("q_lora_rank"),
+                qk_rope_head_dim=qk_rope,
+                qk_nope_head_dim=r.int_("qk_nope_head_dim"),
+                v_head_dim=r.int_("v_head_dim"),
+                num_experts=num_experts,
+                moe_intermediate_size=moe_inter,
+                num_shared_experts=n_shared,
+                shared_expert_intermediate_size=shared_inter,
+                first_k_dense_replace=first_dense,
+                state=state,
+            )
+        )
+        notes.append("num_parameters derived from the layer shapes")
+
+    architectures = r.raw("architectures")
+    architecture = (
+        str(architectures[0])
+        if isinstance(architectures, Sequence) and architectures and not isinstance(architectures, str)
+        else None
+    )
+    try:
+        return ModelSpec(
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            vocab_size=vocab,
+            num_parameters=num_parameters,
+            torch_dtype=torch_dtype,
+            intermediate_size=intermediate,
+            max_position_embeddings=r.int_("max_position_embeddings"),
+            max_model_len=max_len,
+            layer_types=kinds,
+            sliding_window=sliding_window,
+            attention_chunk_size=r.int_("attention_chunk_size") if LayerType.CHUNKED in kinds else None,
+            kv_lora_rank=kv_lora_rank if is_mla else None,
+            qk_rope_head_dim=qk_rope if is_mla else None,
+            qk_nope_head_dim=r.int_("qk_nope_head_dim") if is_mla else None,
+            v_head_dim=r.int_("v_head_dim") if is_mla else None,
+            q_lora_rank=r.int_("q_lora_rank") if is_mla else None,
+            num_experts=num_experts,
+            num_experts_per_tok=r.int_("num_experts_per_tok", "moe_top_k", "num_selected_experts")
+            if num_experts
+            else None,
+            moe_intermediate_size=moe_inter,
+            num_shared_experts=n_shared,
+            first_k_dense_replace=first_dense or None,
+            num_kv_shared_layers=r.int_("num_kv_shared_layers", minimum=0) or 0,
+            state=state,
+            quantization=_quantization(r),
+            tie_word_embeddings=tie,
+            model_type=model_type or None,
+            architecture=architecture,
+            notes=tuple(note for note in notes if note),
+        )
+    except ConfigError:
+        raise
+    except InvalidSpec as exc:
+        raise ConfigError(exc.message, field=exc.field) from None

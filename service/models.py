@@ -1,0 +1,8 @@
+"""Every ORM table, imported in one place so Alembic sees the whole schema."""
+
+from service.catalog.orm import GpuEntry, ModelEntry
+from service.db.base import Base
+
+metadata = Base.metadata
+
+__all__ = ["Base", "GpuEntry", "ModelEntry", "metadata"]

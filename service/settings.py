@@ -1,0 +1,132 @@
+"""Runtime settings, read from the environment (prefix ``KVCAP_``) and an optional ``.env`` file.
+
+Built lazily by ``get_settings()`` — never at import — so tests and the CLI can set the environment first.
+Lists accept JSON (``["a","b"]``) or comma-separated text (``a,b``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from functools import lru_cache
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./kvcap.db"
+
+
+def normalize_database_url(url: str) -> str:
+    """Pick the async driver kvcap uses for each backend (``postgresql://`` → psycopg 3, ``sqlite://`` → aiosqlite)."""
+    url = url.strip()
+    for prefix in ("postgresql+psycopg2://", "postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    if url.startswith("sqlite://") and not url.startswith("sqlite+aiosqlite://"):
+        return "sqlite+aiosqlite://" + url[len("sqlite://") :]
+    return url
+
+
+def sync_database_url(url: str) -> str:
+    """The same database through a synchronous driver (Alembic runs migrations synchronously)."""
+    url = normalize_database_url(url)
+    if url.startswith("sqlite+aiosqlite://"):
+        return "sqlite://" + url[len("sqlite+aiosqlite://") :]
+    return url  # psycopg 3 serves both sync and async
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 hex digest under which an API token is kept in memory and compared."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _split_list(value: object) -> object:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KVCAP_", env_file=".env", extra="ignore", frozen=True)
+
+    database_url: str = Field(
+        default=DEFAULT_DATABASE_URL, description="SQLAlchemy URL; SQLite file by default"
+    )
+    database_pool_size: int = Field(default=5, ge=1, le=100)
+
+    api_tokens: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Bearer tokens allowed to write; empty = writes are open"
+    )
+    api_token_sha256: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="SHA-256 hex digests of tokens, so plaintext need not be configured"
+    )
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = "text"
+
+    catalog_refresh_seconds: float = Field(
+        default=30.0, gt=0, description="poll for catalog changes by other replicas"
+    )
+    max_request_body_bytes: int = Field(default=1_048_576, ge=1024)
+
+    scrape_interval_seconds: float = Field(default=15.0, gt=0)
+    scrape_timeout_seconds: float = Field(default=5.0, gt=0)
+    scrape_max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    scrape_concurrency: int = Field(default=32, ge=1, le=1024)
+    scrape_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="hosts, *.domain suffixes or CIDRs that may be scraped; empty = any non-link-local host",
+    )
+    scrape_enabled: bool = True
+
+    admission_mode: Literal["enforce", "audit"] = "enforce"
+    admission_failure_policy: Literal["fail-open", "fail-closed"] = "fail-closed"
+    admission_low_headroom_ratio: float = Field(default=0.1, ge=0, le=1)
+
+    @field_validator("api_tokens", "api_token_sha256", "scrape_allowed_hosts", mode="before")
+    @classmethod
+    def _lists(cls, value: object) -> object:
+        return _split_list(value)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return normalize_database_url(value)
+
+    @field_validator("api_token_sha256")
+    @classmethod
+    def _hashes(cls, value: list[str]) -> list[str]:
+        for digest in value:
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower()):
+                raise ValueError("each entry must be a 64-character SHA-256 hex digest")
+        return [digest.lower() for digest in value]
+
+    @field_validator("scrape_allowed_hosts")
+    @classmethod
+    def _allowed_hosts(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if "/" in entry:
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError as exc:
+                    raise ValueError(f"{entry!r} is not a valid CIDR: {exc}") from None
+        return value
+
+    @property
+    def token_hashes(self) -> frozenset[str]:
+        """Every accepted token as a SHA-256 digest; plaintext tokens are hashed once here."""
+        return frozenset(self.api_token_sha256) | {hash_token(t.get_secret_value()) for t in self.api_tokens}
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_tokens or self.api_token_sha256)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
