@@ -19,6 +19,7 @@ from service.catalog.router import router as catalog_router
 from service.catalog.snapshot import CatalogHolder
 from service.db.session import create_engine, create_sessionmaker
 from service.logs import configure_logging
+from service.planning.router import router as planning_router
 from service.settings import Settings, get_settings
 
 logger = logging.getLogger("kvcap.app")
@@ -99,4 +100,5 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
     app.include_router(health_router)
     app.include_router(catalog_router)
+    app.include_router(planning_router)
     return app

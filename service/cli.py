@@ -7,12 +7,23 @@ or an environment problem (unreadable file, database unreachable).
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
+import httpx
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.console import Console as RichConsole
 
+from service.catalog.builtin import builtin_snapshot
+from service.core.errors import CoreError
+from service.errors import ServiceError
+from service.planning.schemas import InlineGpu, InlineModel, PlanRequestBody, PlanResponse
+from service.planning.service import make_plan
+from service.render import render_plan
 from service.settings import get_settings
 
 app = typer.Typer(
@@ -22,6 +33,7 @@ catalog_app = typer.Typer(no_args_is_help=True, help="Built-in model and GPU cat
 app.add_typer(catalog_app, name="catalog")
 
 err = Console(stderr=True)
+out = RichConsole()
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -88,8 +100,136 @@ def catalog_load(
     err.print(message)
 
 
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        loc = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{loc}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def _post(server: str, path: str, body: dict[str, object]) -> dict[str, object]:
+    """Ask a kvcap server; its 4xx become exit 2 with the server's message."""
+    try:
+        response = httpx.post(server.rstrip("/") + path, json=body, timeout=30)
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach {server}: {exc}") from None
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text[:500]
+        raise _fail(f"{server} answered {response.status_code}: {detail}")
+    data: dict[str, object] = response.json()
+    return data
+
+
+@app.command()
+def plan(
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="catalog name or Hugging Face id")
+    ] = None,
+    hf_config: Annotated[Path | None, typer.Option(help="a config.json instead of --model")] = None,
+    num_parameters: Annotated[
+        int | None, typer.Option(help="parameter count for --hf-config (derived when absent)")
+    ] = None,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", "-g", help="catalog name or nvidia.com/gpu.product label")
+    ] = None,
+    gpu_memory_bytes: Annotated[
+        int | None, typer.Option(help="an uncatalogued GPU: total device memory in bytes")
+    ] = None,
+    engine: Annotated[str | None, typer.Option(help="'ideal' or vllm-X.Y (default: newest known)")] = None,
+    tensor_parallel_size: Annotated[int, typer.Option("--tensor-parallel-size", "-tp")] = 1,
+    pipeline_parallel_size: Annotated[int, typer.Option("--pipeline-parallel-size", "-pp")] = 1,
+    max_model_len: Annotated[str | None, typer.Option(help="tokens, or 'auto'")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option()] = None,
+    quantization: Annotated[str | None, typer.Option("--quantization", "-q")] = None,
+    dtype: Annotated[str | None, typer.Option()] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option()] = None,
+    kv_cache_memory_bytes: Annotated[int | None, typer.Option()] = None,
+    block_size: Annotated[int | None, typer.Option()] = None,
+    max_num_seqs: Annotated[int | None, typer.Option()] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager")] = False,
+    device: Annotated[str, typer.Option(help="cuda, rocm or cpu")] = "cuda",
+    prompt_tokens: Annotated[
+        int | None, typer.Option(help="with --output-tokens: K/V projection counts")
+    ] = None,
+    output_tokens: Annotated[int | None, typer.Option()] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
+    server: Annotated[
+        str | None, typer.Option(help="ask a kvcap server instead of the built-in catalog")
+    ] = None,
+) -> None:
+    """Predict vLLM's KV cache for a model on a GPU. Exit 1 when vLLM would not start, 2 for bad input."""
+    if (model is None) == (hf_config is None):
+        raise _fail("give exactly one of --model or --hf-config")
+    model_ref: str | InlineModel
+    if hf_config is not None:
+        try:
+            config = json.loads(hf_config.read_text())
+        except (OSError, ValueError) as exc:
+            raise _fail(f"cannot read {hf_config}: {exc}") from None
+        model_ref = InlineModel(hf_config=config, num_parameters=num_parameters)
+    else:
+        assert model is not None
+        model_ref = model
+    gpu_ref: str | InlineGpu | None = gpu
+    if gpu_memory_bytes is not None:
+        gpu_ref = InlineGpu(memory_bytes=gpu_memory_bytes, name=gpu or "custom")
+    length: int | str | None = max_model_len
+    if max_model_len is not None and max_model_len != "auto":
+        try:
+            length = int(max_model_len.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise _fail(f"--max-model-len must be an integer or 'auto', got {max_model_len!r}") from None
+    fields: dict[str, object] = {
+        "model": model_ref,
+        "gpu": gpu_ref,
+        "engine": engine,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "max_model_len": length,
+        "kv_cache_dtype": kv_cache_dtype,
+        "quantization": quantization,
+        "dtype": dtype,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "kv_cache_memory_bytes": kv_cache_memory_bytes,
+        "block_size": block_size,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "enforce_eager": enforce_eager,
+        "device": device,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+    }
+    try:
+        body = PlanRequestBody.model_validate(fields)
+    except ValidationError as exc:
+        raise _fail(_validation_message(exc)) from None
+    if server:
+        result = PlanResponse.model_validate(
+            _post(server, "/v1/plans", body.model_dump(mode="json", exclude_none=True))
+        )
+    else:
+        try:
+            result = make_plan(builtin_snapshot(), body)
+        except (ServiceError, CoreError) as exc:
+            raise _fail(str(exc.message if isinstance(exc, ServiceError) else exc)) from None
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render_plan(out, result)
+    raise typer.Exit(0 if result.fits else 1)
+
+
 def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

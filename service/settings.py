@@ -84,6 +84,11 @@ class Settings(BaseSettings):
     )
     scrape_enabled: bool = True
 
+    tls_cert_file: str | None = Field(
+        default=None, description="serve HTTPS (required for the admission webhook)"
+    )
+    tls_key_file: str | None = None
+
     admission_mode: Literal["enforce", "audit"] = "enforce"
     admission_failure_policy: Literal["fail-open", "fail-closed"] = "fail-closed"
     admission_low_headroom_ratio: float = Field(default=0.1, ge=0, le=1)

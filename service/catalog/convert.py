@@ -42,4 +42,5 @@ def gpu_spec(name: str, fields: GpuFields) -> GpuSpec:
         price_per_hour_usd=fields.price_per_hour_usd,
         supports_fp8=any(d.startswith("fp8") for d in fields.supported_kv_cache_dtypes),
         supports_bf16="bfloat16" in fields.supported_weight_dtypes,
+        compute_capability=fields.compute_capability,
     )

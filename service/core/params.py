@@ -41,7 +41,7 @@ class ParameterInputs:
     state: StateSpec | None = None
 
 
-def _attention_params(p: ParameterInputs, kind: LayerType) -> int:
+def attention_parameters(p: ParameterInputs, kind: LayerType) -> int:
     h = p.hidden_size
     if kind is LayerType.MLA:
         rope = p.qk_rope_head_dim or 0
@@ -65,7 +65,7 @@ def _attention_params(p: ParameterInputs, kind: LayerType) -> int:
     return q + kv + out + bias
 
 
-def _state_params(p: ParameterInputs, state: StateSpec) -> int:
+def state_parameters(p: ParameterInputs, state: StateSpec) -> int:
     h = p.hidden_size
     if state.kind == "gated_delta_net":
         key_dim = state.num_k_heads * state.head_k_dim
@@ -91,7 +91,7 @@ def _state_params(p: ParameterInputs, state: StateSpec) -> int:
     )
 
 
-def _mlp_params(p: ParameterInputs, layer_index: int) -> int:
+def mlp_parameters(p: ParameterInputs, layer_index: int) -> int:
     h = p.hidden_size
     matrices = 3 if p.gated_mlp else 2
     if p.num_experts and p.num_experts > 1 and layer_index >= p.first_k_dense_replace:
@@ -113,10 +113,10 @@ def estimate_num_parameters(p: ParameterInputs) -> int:
     total = embed + lm_head + p.hidden_size  # final norm
     for index, kind in enumerate(layer_types):
         if kind.is_attention:
-            mixer = _attention_params(p, kind)
+            mixer = attention_parameters(p, kind)
         elif kind.is_state and p.state is not None:
-            mixer = _state_params(p, p.state)
+            mixer = state_parameters(p, p.state)
         else:
             mixer = 0
-        total += mixer + _mlp_params(p, index) + 2 * p.hidden_size
+        total += mixer + mlp_parameters(p, index) + 2 * p.hidden_size
     return total

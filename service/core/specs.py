@@ -191,6 +191,7 @@ class GpuSpec:
     price_per_hour_usd: float | None = None
     supports_fp8: bool = True
     supports_bf16: bool = True
+    compute_capability: str | None = None  # NVIDIA "9.0" (Hopper), "10.0" (Blackwell); AMD gfx arch
 
     def __post_init__(self) -> None:
         _require_positive(memory_bytes=self.memory_bytes)

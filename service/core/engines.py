@@ -1,0 +1,163 @@
+"""Engine profiles: which of vLLM's rules apply for a given release.
+
+vLLM's capacity rules changed between releases (``vllm-source-notes``: read from the 0.10.1 … 0.33.0 wheels).
+A request names an engine as ``ideal`` or ``vllm-<major>.<minor>``; it maps to one of four *profiles*:
+
+==============  =====================================================================================
+``ideal``       the seed article's arithmetic: budget = total × utilisation (default 1.0) − weights, no
+                activation, runtime or CUDA-graph terms, no null block
+``vllm-0.10``   V0 semantics (0.8 – 0.10 with ``VLLM_USE_V1=0`` and every older log): one block spans all
+                attention layers, NCCL buffers are charged, sliding windows are charged as full attention,
+                ``max_num_seqs`` 256, concurrency = blocks × block_size / max_model_len
+``vllm-0.11``   V1 from 0.11 to 0.19: utilisation 0.9, CUDA graphs live in the 1 − utilisation headroom
+``vllm-0.20``   V1 from 0.20 on: utilisation 0.92 and the estimated CUDA-graph memory is subtracted
+==============  =====================================================================================
+
+Inside a profile the exact release still matters for a few details, so the profile carries the flags for the
+release that was asked for (``ceil`` of the requested budget from 0.15, the 1.25/1.5 group-size rule, the
+token count formula of 0.21, the in-flight term of 0.28, the null block in the refusal check of 0.30 …).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from service.core.errors import UnknownEngine
+
+OLDEST_VERSION = (0, 8)
+NEWEST_VERSION = (0, 33)
+DEFAULT_ENGINE = f"vllm-{NEWEST_VERSION[0]}.{NEWEST_VERSION[1]}"
+PROFILE_NAMES = ("ideal", "vllm-0.10", "vllm-0.11", "vllm-0.20")
+
+_ENGINE_PATTERN = re.compile(r"^(?:vllm[-_ ]?)?v?(\d+)\.(\d+)(?:\.\d+)?(?:\.post\d+)?$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineProfile:
+    """The rules of one vLLM release (or of the ``ideal`` arithmetic)."""
+
+    engine: str  # as resolved: "ideal" or "vllm-0.15"
+    profile: str  # one of PROFILE_NAMES
+    version: tuple[int, int] | None
+    overheads: bool  # activation, runtime and CUDA-graph terms are charged
+    v0: bool
+    default_gpu_memory_utilization: float
+    ceil_requested: bool  # requested = ceil(total × util) (0.15+), else the float
+    charges_nccl: bool  # NCCL buffers allocated after the memory snapshot (0.10 and V0)
+    subtracts_cudagraphs: bool  # estimated CUDA-graph memory comes out of the budget (0.20+)
+    group_size_ratio: float | None  # None: smallest bucket; else largest when max < ratio × min
+    tokens_from_concurrency: bool  # logged KV tokens = int(concurrency × max_model_len) (0.21+)
+    in_flight_batches_async: int  # sliding-window in-flight batches with async scheduling (2 from 0.28)
+    large_gpu_batch_tier: bool  # ≥ 160 GiB GPUs get 16384 batched tokens (0.28+)
+    null_block_in_checks: bool  # refusal check uses available − one block (0.30+)
+    hybrid_kv_manager: bool  # sliding-window layers hold only their window (V1)
+    chunked_local_as_full: bool  # chunked local attention charged as full (0.10 – 0.12)
+    per_token_head_kv: bool  # int8/fp8 per-token-head KV dtypes exist (0.20+)
+    kv_cache_memory_bytes: bool  # --kv-cache-memory-bytes exists (0.11+)
+    max_model_len_auto: bool  # --max-model-len auto (0.15+)
+    mamba_align: bool  # prefix caching on for hybrids → 2 state pages per request (0.28+)
+    consumed_memory_model: bool  # non-KV = consumed + transient peak (0.28+)
+    refusal_counts_first_group_only: bool  # 0.15's refusal check under-counts hybrids
+    refusal_per_layer: bool  # ≤0.12: the refusal check sums per-layer needs, without padding
+    message_style: str  # "v0" | "models's" (≤0.21) | "model's" (0.25+)
+
+    @property
+    def label(self) -> str:
+        return self.engine if self.engine == self.profile else f"{self.engine} (profile {self.profile})"
+
+
+def _v(version: tuple[int, int], at_least: tuple[int, int]) -> bool:
+    return version >= at_least
+
+
+def parse_engine(engine: str | None) -> tuple[str, tuple[int, int] | None]:
+    """Normalise an engine string: ``None`` → newest release; ``0.15.1``, ``v0.15``, ``vllm-0.15`` → (0, 15)."""
+    if engine is None or not engine.strip():
+        return DEFAULT_ENGINE, NEWEST_VERSION
+    text = engine.strip().lower()
+    if text == "ideal":
+        return "ideal", None
+    match = _ENGINE_PATTERN.match(text)
+    if not match:
+        raise UnknownEngine(
+            f"unknown engine {engine!r}: use 'ideal' or 'vllm-<major>.<minor>' (vLLM 0.8 or newer)",
+            field="engine",
+        )
+    version = (int(match.group(1)), int(match.group(2)))
+    if version < OLDEST_VERSION:
+        raise UnknownEngine(
+            f"vLLM {version[0]}.{version[1]} is older than the oldest supported release (0.8); "
+            "use engine 'vllm-0.10' for V0 semantics",
+            field="engine",
+        )
+    return f"vllm-{version[0]}.{version[1]}", version
+
+
+def resolve_engine(engine: str | None) -> EngineProfile:
+    """The profile for an engine string (see module docstring); releases newer than kvcap knows use the newest rules."""
+    name, version = parse_engine(engine)
+    if version is None:
+        return EngineProfile(
+            engine="ideal",
+            profile="ideal",
+            version=None,
+            overheads=False,
+            v0=False,
+            default_gpu_memory_utilization=1.0,
+            ceil_requested=False,
+            charges_nccl=False,
+            subtracts_cudagraphs=False,
+            group_size_ratio=1.5,
+            tokens_from_concurrency=True,
+            in_flight_batches_async=1,
+            large_gpu_batch_tier=False,
+            null_block_in_checks=False,
+            hybrid_kv_manager=True,
+            chunked_local_as_full=False,
+            per_token_head_kv=True,
+            kv_cache_memory_bytes=True,
+            max_model_len_auto=True,
+            mamba_align=False,
+            consumed_memory_model=False,
+            refusal_counts_first_group_only=False,
+            refusal_per_layer=False,
+            message_style="model's",
+        )
+    rules = min(version, NEWEST_VERSION)
+    v0 = rules <= (0, 10)
+    profile = "vllm-0.10" if v0 else "vllm-0.11" if rules < (0, 20) else "vllm-0.20"
+    if v0:
+        ratio: float | None = None
+    elif rules < (0, 12):
+        ratio = None
+    elif rules < (0, 19):
+        ratio = 1.25
+    else:
+        ratio = 1.5
+    return EngineProfile(
+        engine=name,
+        profile=profile,
+        version=version,
+        overheads=True,
+        v0=v0,
+        default_gpu_memory_utilization=0.92 if _v(rules, (0, 20)) else 0.9,
+        ceil_requested=_v(rules, (0, 15)),
+        charges_nccl=v0,
+        subtracts_cudagraphs=_v(rules, (0, 20)),
+        group_size_ratio=ratio,
+        tokens_from_concurrency=_v(rules, (0, 21)),
+        in_flight_batches_async=2 if _v(rules, (0, 28)) else 1,
+        large_gpu_batch_tier=_v(rules, (0, 28)),
+        null_block_in_checks=_v(rules, (0, 30)),
+        hybrid_kv_manager=not v0,
+        chunked_local_as_full=v0 or rules <= (0, 12),
+        per_token_head_kv=_v(rules, (0, 20)),
+        kv_cache_memory_bytes=_v(rules, (0, 11)),
+        max_model_len_auto=_v(rules, (0, 15)),
+        mamba_align=_v(rules, (0, 28)),
+        consumed_memory_model=_v(rules, (0, 28)),
+        refusal_counts_first_group_only=(0, 15) <= rules < (0, 19),
+        refusal_per_layer=rules <= (0, 12),
+        message_style="v0" if v0 else "model's" if _v(rules, (0, 25)) else "models's",
+    )

@@ -1,0 +1,337 @@
+"""KV-cache pages, groups and blocks, re-derived from vLLM V1's planner.
+
+Sources of truth: ``vllm/v1/kv_cache_interface.py`` (what one layer stores per block) and
+``vllm/v1/core/kv_cache_utils.py`` (how layers are grouped, how many blocks fit, how concurrency is reported).
+
+Per layer and block (``page_size_bytes``)::
+
+    attention   block_size × kv_heads_per_rank × (K + V = 2 × head_dim) × dtype_bytes  (+ per-token-head scales)
+    MLA         block_size × 1 latent head × (kv_lora_rank + qk_rope_head_dim) × dtype_bytes   (no V, no TP split)
+    Mamba       conv state + SSM state bytes (one "block" is the whole constant state of one request)
+
+Worked example (``vllm-kv-cache.md`` §3): Llama-3.1-8B, 8 KV heads × 128 dims, bf16, block 16 →
+8 × 2 × 128 × 2 = 4 KiB per token per layer, × 32 layers = 128 KiB/token, 2 MiB per block across layers;
+55 GiB → 28,160 blocks → 450,560 tokens → 28,160 / cdiv(131,072, 16) = 3.44 requests of 131,072 tokens.
+
+Hybrid models (sliding + full attention, attention + Mamba) put layers with equal specs in buckets, cut the
+buckets into groups of ``group_size`` layers (padding the last group of a bucket), and let every group draw
+blocks from one shared pool of ``group_size`` tensors: ``num_blocks = available // page // group_size``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from math import prod
+
+from service.core.dtypes import MODEL_DTYPE_BYTES, KvCacheDtype, normalize_model_dtype
+from service.core.errors import InvalidSpec
+from service.core.specs import LayerType, ModelSpec, StateSpec
+from service.core.units import cdiv
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerKvSpec:
+    """What one decoder layer keeps per block on one rank (vLLM's ``KVCacheSpec``).
+
+    Two layers with equal specs are interchangeable for grouping, so this is a value object (hashable).
+    """
+
+    kind: LayerType
+    block_size: int
+    num_kv_heads: int = 0  # per rank; 1 latent head for MLA
+    head_size: int = 0
+    dtype_bytes: int = 0
+    scale_bytes_per_head: int = 0
+    window_tokens: int | None = None  # sliding window or attention chunk
+    state_bytes: int = 0  # Mamba/linear: conv + SSM state of one request
+    padded_state_bytes: int | None = None
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes one token costs in this layer (0 for constant-state layers)."""
+        if self.kind.is_state:
+            return 0
+        if self.kind is LayerType.MLA:
+            return self.num_kv_heads * self.head_size * self.dtype_bytes
+        return self.num_kv_heads * (2 * self.head_size * self.dtype_bytes + self.scale_bytes_per_head)
+
+    @property
+    def page_size_bytes(self) -> int:
+        if self.kind.is_state:
+            return self.padded_state_bytes or self.state_bytes
+        return self.block_size * self.bytes_per_token
+
+    def max_blocks_per_request(
+        self, *, max_model_len: int, in_flight_tokens: int, state_pages: int = 1
+    ) -> int:
+        """Most blocks one request of ``max_model_len`` tokens can hold in this layer.
+
+        Full attention keeps every token; a sliding window keeps ``window − 1`` past tokens plus the tokens being
+        scheduled, and one block more because the window need not start on a block boundary
+        (``SlidingWindowSpec.max_memory_usage_bytes``); chunked attention keeps the current chunk plus the
+        scheduled tokens; a constant-state layer holds one page (two when prefix caching keeps an aligned
+        checkpoint of the state, vLLM's ``mamba_cache_mode="align"``).
+        """
+        if self.kind.is_state:
+            return state_pages
+        if self.kind is LayerType.SLIDING:
+            assert self.window_tokens is not None
+            tokens = min(self.window_tokens - 1 + in_flight_tokens, max_model_len)
+            return cdiv(tokens, self.block_size) + 1
+        if self.kind is LayerType.CHUNKED:
+            assert self.window_tokens is not None
+            tokens = min(self.window_tokens + in_flight_tokens, max_model_len)
+            return cdiv(tokens, self.block_size)
+        return cdiv(max_model_len, self.block_size)
+
+
+def kv_heads_per_rank(total_kv_heads: int, tensor_parallel_size: int) -> int:
+    """KV heads one TP rank stores: ``max(1, heads // tp)``.
+
+    With fewer KV heads than ranks each head is replicated (``ModelConfig.get_num_kv_heads``), so per-GPU KV
+    stops shrinking at TP = KV heads: Falcon-7B (MQA, 1 KV head) stores the same KV on every rank.
+    """
+    return max(1, total_kv_heads // tensor_parallel_size)
+
+
+def state_bytes(state: StateSpec, *, tensor_parallel_size: int, model_dtype: str) -> int:
+    """Bytes of the constant per-request state of one Mamba/linear-attention layer on one rank.
+
+    Shapes per ``StateSpec``; vLLM extends the Mamba2 group count so that every rank owns whole groups
+    (``extra_groups_for_head_shards``): when ``n_groups`` does not divide by TP, groups are replicated to TP.
+    """
+    tp = tensor_parallel_size
+    default_bytes = MODEL_DTYPE_BYTES[normalize_model_dtype(model_dtype)]
+    conv_bytes = (
+        MODEL_DTYPE_BYTES[normalize_model_dtype(state.conv_dtype)] if state.conv_dtype else default_bytes
+    )
+    ssm_bytes = (
+        MODEL_DTYPE_BYTES[normalize_model_dtype(state.ssm_dtype)] if state.ssm_dtype else default_bytes
+    )
+    if state.kind == "gated_delta_net":
+        conv_dim = 2 * state.num_k_heads * state.head_k_dim + state.num_v_heads * state.head_v_dim
+        conv = (conv_dim // tp) * (state.conv_kernel - 1)
+        ssm = (state.num_v_heads // tp) * state.head_k_dim * state.head_v_dim
+    elif state.kind == "mamba2":
+        groups = state.n_groups if state.n_groups % tp == 0 else tp
+        conv = ((state.intermediate_size + 2 * groups * state.state_size) // tp) * (state.conv_kernel - 1)
+        ssm = prod((state.num_heads // tp, state.head_dim, state.state_size))
+    else:
+        conv = (state.intermediate_size // tp) * (state.conv_kernel - 1)
+        ssm = (state.intermediate_size // tp) * state.state_size
+    return conv * conv_bytes + ssm * ssm_bytes
+
+
+def layer_specs(
+    model: ModelSpec,
+    *,
+    kv_dtype: KvCacheDtype,
+    block_size: int,
+    tensor_parallel_size: int = 1,
+    layers: Sequence[int] | None = None,
+    mla_dtype_bytes_override: int | None = None,
+) -> list[LayerKvSpec]:
+    """One ``LayerKvSpec`` per cached layer on a rank (``layers``: the indices this PP stage owns).
+
+    Layers that read another layer's KV (``num_kv_shared_layers``, Gemma 3n: the last N layers) cost nothing.
+    """
+    if block_size <= 0:
+        raise InvalidSpec("must be positive", field="block_size")
+    kinds = model.resolved_layer_types
+    indices = range(model.num_hidden_layers) if layers is None else layers
+    first_shared = model.num_hidden_layers - model.num_kv_shared_layers
+    element = kv_dtype.bytes_per_element(model.torch_dtype)
+    specs: list[LayerKvSpec] = []
+    for index in indices:
+        if index >= first_shared:
+            continue
+        kind = kinds[index]
+        if kind.is_state:
+            assert model.state is not None
+            specs.append(
+                LayerKvSpec(
+                    kind=kind,
+                    block_size=block_size,
+                    state_bytes=state_bytes(
+                        model.state, tensor_parallel_size=tensor_parallel_size, model_dtype=model.torch_dtype
+                    ),
+                )
+            )
+        elif kind is LayerType.MLA:
+            assert model.kv_lora_rank is not None and model.qk_rope_head_dim is not None
+            specs.append(
+                LayerKvSpec(
+                    kind=kind,
+                    block_size=block_size,
+                    num_kv_heads=1,
+                    head_size=model.kv_lora_rank + model.qk_rope_head_dim,
+                    dtype_bytes=mla_dtype_bytes_override or element,
+                )
+            )
+        else:
+            window = (
+                model.sliding_window
+                if kind is LayerType.SLIDING
+                else model.attention_chunk_size
+                if kind is LayerType.CHUNKED
+                else None
+            )
+            specs.append(
+                LayerKvSpec(
+                    kind=kind,
+                    block_size=block_size,
+                    num_kv_heads=kv_heads_per_rank(model.num_key_value_heads, tensor_parallel_size),
+                    head_size=model.head_dim,
+                    dtype_bytes=element,
+                    scale_bytes_per_head=kv_dtype.scale_bytes_per_head,
+                    window_tokens=window,
+                )
+            )
+    return specs
+
+
+def bytes_per_token(specs: Sequence[LayerKvSpec]) -> int:
+    """KV bytes one token costs on a rank, summed over its attention layers (the seed's headline number)."""
+    return sum(spec.bytes_per_token for spec in specs)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvGroup:
+    """Layers that share a block table (vLLM ``KVCacheGroupSpec``); padded groups have fewer real layers."""
+
+    spec: LayerKvSpec
+    num_layers: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvLayout:
+    """How a rank's layers are grouped and how many layers draw on the shared pool per block."""
+
+    groups: tuple[KvGroup, ...]
+    group_size: int  # tensors in the pool = layers per group (padding included)
+    page_size_bytes: int  # one block in one tensor (uniform across groups)
+    padding_layers: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Bytes one block id costs across the pool (``page_size_bytes × group_size``)."""
+        return self.page_size_bytes * self.group_size
+
+
+def group_layers(specs: Sequence[LayerKvSpec], *, uniform_ratio: float = 1.25) -> KvLayout:
+    """Bucket equal specs and cut the buckets into equal-size groups (``_get_kv_cache_groups_uniform_page_size``).
+
+    ``group_size`` is the smallest bucket, or the largest when every bucket is within ``uniform_ratio`` of the
+    smallest (fewer groups, less padding). A bucket whose size is not a multiple of ``group_size`` is padded:
+    Gemma-3-27B has 52 sliding and 10 full layers → group size 10, six sliding groups (two padding layers) and
+    one full group. A single bucket is one group of every layer (the dense case).
+    """
+    if not specs:
+        raise InvalidSpec("the model has no layer that keeps a KV cache on this rank", field="model")
+    buckets: dict[LayerKvSpec, int] = {}
+    for spec in specs:
+        buckets[spec] = buckets.get(spec, 0) + 1
+    pages = {spec.page_size_bytes for spec in buckets}
+    if len(pages) != 1:
+        raise InvalidSpec(
+            "layers have different page sizes; unify them first (unify_page_sizes)", field="model"
+        )
+    page = pages.pop()
+    if len(buckets) == 1:
+        ((spec, count),) = buckets.items()
+        return KvLayout(
+            groups=(KvGroup(spec=spec, num_layers=count),), group_size=count, page_size_bytes=page
+        )
+    smallest, largest = min(buckets.values()), max(buckets.values())
+    group_size = largest if largest < smallest * uniform_ratio else smallest
+    groups: list[KvGroup] = []
+    padding = 0
+    notes: list[str] = []
+    for spec, count in buckets.items():
+        n_groups = cdiv(count, group_size)
+        pad = n_groups * group_size - count
+        if pad:
+            padding += pad
+            notes.append(
+                f"Add {pad} padding layers, may waste at most {pad / count * 100:.2f}% KV cache memory ({spec.kind.value})"
+            )
+        base, extra = divmod(count, n_groups)
+        groups.extend(KvGroup(spec=spec, num_layers=base + (1 if i < extra else 0)) for i in range(n_groups))
+    return KvLayout(
+        groups=tuple(groups),
+        group_size=group_size,
+        page_size_bytes=page,
+        padding_layers=padding,
+        notes=tuple(notes),
+    )
+
+
+def unify_page_sizes(
+    specs: Sequence[LayerKvSpec], *, kernel_block_alignment: int = 16
+) -> tuple[list[LayerKvSpec], int, str]:
+    """Make attention and constant-state pages equal, as vLLM does for Mamba hybrids.
+
+    ``HybridAttentionMambaModelConfig.verify_and_update_config``: the attention block size is raised to the
+    smallest multiple of the kernel alignment whose page holds at least one Mamba state, then the Mamba page is
+    padded up to the attention page. Returns the new specs, the attention block size and a note.
+    """
+    states = [s for s in specs if s.kind.is_state]
+    attention = [s for s in specs if not s.kind.is_state]
+    if not states or not attention:
+        return list(specs), specs[0].block_size if specs else 0, ""
+    state_page = max(s.state_bytes for s in states)
+    per_token = max(s.bytes_per_token for s in attention)
+    current = attention[0].block_size
+    needed = kernel_block_alignment * cdiv(state_page, kernel_block_alignment * per_token)
+    block = max(current, needed)
+    attn_page = block * per_token
+    unified = [
+        LayerKvSpec(kind=s.kind, block_size=block, state_bytes=s.state_bytes, padded_state_bytes=attn_page)
+        if s.kind.is_state
+        else LayerKvSpec(
+            kind=s.kind,
+            block_size=block,
+            num_kv_heads=s.num_kv_heads,
+            head_size=s.head_size,
+            dtype_bytes=s.dtype_bytes,
+            scale_bytes_per_head=s.scale_bytes_per_head,
+            window_tokens=s.window_tokens,
+        )
+        for s in specs
+    ]
+    note = (
+        f"attention block size {block} so that one attention page ({attn_page:,} B) holds a Mamba state "
+        f"({state_page:,} B, padded by {(attn_page - state_page) / state_page * 100:.2f}%)"
+    )
+    return unified, block, note
+
+
+def num_blocks(available_bytes: int, layout: KvLayout) -> int:
+    """Blocks that fit: ``available // page_size // group_size`` (``get_num_blocks``), never negative."""
+    if available_bytes <= 0:
+        return 0
+    return available_bytes // layout.page_size_bytes // layout.group_size
+
+
+def blocks_per_request(
+    layout: KvLayout, *, max_model_len: int, in_flight_tokens: int, state_pages: int = 1
+) -> int:
+    """Blocks one full-length request needs across all groups (``get_max_concurrency_for_kv_cache_config``).
+
+    vLLM sums each group's worst-case bytes, multiplies by the layers per group, and divides by one block's
+    bytes across the pool; since every group's worst case is a whole number of pages this is
+    ``Σ_groups max_blocks_per_request(group)``.
+    """
+    total = 0
+    for group in layout.groups:
+        total += group.spec.max_blocks_per_request(
+            max_model_len=max_model_len, in_flight_tokens=in_flight_tokens, state_pages=state_pages
+        )
+    return total
+
+
+def max_concurrency(num_gpu_blocks: int, per_request_blocks: int) -> float:
+    """vLLM's ``Maximum concurrency for L tokens per request``: blocks / blocks one request needs."""
+    return num_gpu_blocks / per_request_blocks if per_request_blocks else 0.0

@@ -1,0 +1,27 @@
+"""``POST /v1/plans``: the capacity plan for one model, GPU and set of vLLM settings."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from service.catalog.snapshot import CatalogHolder
+from service.planning.schemas import PlanRequestBody, PlanResponse
+from service.planning.service import make_plan
+
+router = APIRouter(prefix="/v1", tags=["plans"])
+
+
+def catalog_snapshot(request: Request) -> CatalogHolder:
+    holder: CatalogHolder = request.app.state.catalog
+    return holder
+
+
+@router.post(
+    "/plans",
+    response_model=PlanResponse,
+    summary="Predict vLLM's KV-cache allocation and whether it will start",
+    responses={422: {"description": "invalid settings, unknown model or GPU (the field is named)"}},
+)
+async def create_plan(request: Request, body: PlanRequestBody) -> PlanResponse:
+    """Pure computation over the in-memory catalog: never touches the database."""
+    return make_plan(catalog_snapshot(request).snapshot, body)

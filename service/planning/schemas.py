@@ -1,0 +1,202 @@
+"""``POST /v1/plans`` request and response: the public contract (names are kept; additions only)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+Positive = Annotated[int, Field(ge=1, le=2**31 - 1)]
+ByteCount = Annotated[int, Field(ge=0, le=2**62)]
+RefName = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+
+
+class Schema(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InlineModel(Schema):
+    """A model not in the catalog: its Hugging Face config.json (parameter count derived when absent)."""
+
+    hf_config: dict[str, Any]
+    num_parameters: Annotated[int, Field(gt=0, le=2**62)] | None = None
+    name: RefName | None = None
+
+
+class InlineGpu(Schema):
+    """An accelerator not in the catalog. ``memory_bytes`` is the total the runtime reports for the device."""
+
+    memory_bytes: Annotated[int, Field(gt=0, le=2**62)]
+    name: RefName = "custom"
+    memory_bandwidth_bytes_per_second: Annotated[int, Field(gt=0, le=2**62)] | None = None
+    bf16_dense_flops_per_second: Annotated[int, Field(gt=0, le=2**62)] | None = None
+    fp8_dense_flops_per_second: Annotated[int, Field(gt=0, le=2**62)] | None = None
+    interconnect_bandwidth_bytes_per_second: Annotated[int, Field(gt=0, le=2**62)] | None = None
+    price_per_hour_usd: Annotated[float, Field(ge=0, le=100_000)] | None = None
+    compute_capability: Annotated[str, StringConstraints(max_length=32)] | None = None
+    supports_fp8: bool = True
+    supports_bf16: bool = True
+
+
+class PlanSettings(Schema):
+    """vLLM settings that decide memory (``vllm serve`` flag names). Unset → the release's default."""
+
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=1024)] = 1
+    pipeline_parallel_size: Annotated[int, Field(ge=1, le=1024)] = 1
+    max_model_len: Positive | Literal["auto"] | None = Field(
+        default=None, description="tokens; 'auto' fits the largest (0.15+)"
+    )
+    kv_cache_dtype: Annotated[str, StringConstraints(max_length=32)] | None = Field(
+        default=None, examples=["auto", "fp8"]
+    )
+    quantization: Annotated[str, StringConstraints(max_length=32)] | None = Field(
+        default=None, examples=["awq", "fp8"]
+    )
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"] | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    kv_cache_memory_bytes: ByteCount | None = Field(
+        default=None, description="--kv-cache-memory-bytes: exact KV budget per GPU"
+    )
+    num_gpu_blocks_override: Positive | None = None
+    block_size: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
+    max_num_seqs: Positive | None = None
+    max_num_batched_tokens: Positive | None = None
+    enforce_eager: bool = False
+    async_scheduling: bool | None = None
+    device: Literal["cuda", "rocm", "cpu"] = "cuda"
+    engine: Annotated[str, StringConstraints(max_length=32)] | None = Field(
+        default=None,
+        description="'ideal' or 'vllm-<major>.<minor>' (0.8+); default: the newest release kvcap knows",
+    )
+
+
+class PlanRequestBody(PlanSettings):
+    model: RefName | InlineModel = Field(description="catalog name, Hugging Face id, or {'hf_config': {...}}")
+    gpu: RefName | InlineGpu | None = Field(
+        default=None, description="catalog name / product label, or {'memory_bytes': ...}"
+    )
+    prompt_tokens: Positive | None = Field(
+        default=None, description="with output_tokens: the cache-reuse example"
+    )
+    output_tokens: Positive | None = None
+
+
+class KvCacheOut(BaseModel):
+    bytes_per_token: int
+    bytes_per_block: int
+    page_size_bytes: int
+    block_size: int
+    num_gpu_blocks: int
+    usable_blocks: int
+    kv_cache_size_tokens: int
+    max_concurrency: float
+    max_concurrent_sequences: int
+    blocks_per_request: int
+    bytes_per_sequence: int
+    bytes_for_max_num_seqs: int
+    num_groups: int
+    group_size: int
+    padding_layers: int
+    num_gpu_blocks_low: int
+    num_gpu_blocks_high: int
+
+
+class MemoryOut(BaseModel):
+    total_bytes: int
+    budget_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    kv_cache_bytes: int
+    kv_cache_used_bytes: int
+    kv_cache_bytes_low: int
+    kv_cache_bytes_high: int
+
+
+class MessageOut(BaseModel):
+    level: Literal["error", "warning", "info"]
+    code: str
+    text: str
+
+
+class SuggestionOut(BaseModel):
+    setting: str
+    value: int | float | str
+    text: str
+
+
+class TermOut(BaseModel):
+    name: str
+    formula: str
+    value: float
+    unit: str
+
+
+class StageOut(BaseModel):
+    stage: int
+    layers: tuple[int, int]
+    weights_bytes: int
+    kv_cache_bytes: int
+    num_gpu_blocks: int
+
+
+class ProjectionsOut(BaseModel):
+    prompt_tokens: int
+    output_tokens: int
+    without_cache_per_layer: int
+    with_cache_per_layer: int
+    ratio: float
+
+
+class SettingsOut(BaseModel):
+    engine: str
+    profile: str
+    device: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_model_len: int
+    kv_cache_dtype: str
+    kv_cache_element_bytes: int
+    quantization: str | None
+    dtype: str
+    gpu_memory_utilization: float | None
+    kv_cache_memory_bytes: int | None
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enforce_eager: bool
+    async_scheduling: bool
+
+
+class Subject(BaseModel):
+    name: str
+    source: Literal["catalog", "inline"]
+    matched_by: str | None = None
+
+
+class CalibrationOut(BaseModel):
+    """Set when observed vLLM start-ups of the same configuration corrected the prediction (live metrics)."""
+
+    applied: bool
+    observed_num_gpu_blocks: int | None = None
+    uncalibrated_num_gpu_blocks: int | None = None
+    samples: int = 0
+    key: str | None = None
+
+
+class PlanResponse(BaseModel):
+    model: Subject
+    gpu: Subject | None
+    settings: SettingsOut
+    kv_cache: KvCacheOut
+    memory: MemoryOut
+    fits: bool = Field(description="vLLM will start with these settings")
+    exact: bool = Field(description="block counts are exact (KV budget given), not estimates")
+    max_model_len_that_fits: int
+    messages: list[MessageOut]
+    suggestions: list[SuggestionOut]
+    breakdown: list[TermOut]
+    stages: list[StageOut]
+    projections: ProjectionsOut | None = None
+    calibration: CalibrationOut | None = None

@@ -1,0 +1,135 @@
+"""Plans over the in-memory catalog: resolve the model and GPU, run the pure planner, shape the response.
+
+No database access happens here, so plans keep answering while the database is down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from service.catalog.resolve import resolve_gpu, resolve_model
+from service.catalog.snapshot import CatalogSnapshot
+from service.core.errors import ConfigError, InvalidSpec
+from service.core.hf_config import parse_hf_config
+from service.core.planner import CapacityPlan, PlanRequest, plan
+from service.core.specs import GpuSpec, ModelSpec
+from service.errors import Unprocessable
+from service.planning.schemas import (
+    InlineGpu,
+    InlineModel,
+    PlanRequestBody,
+    PlanResponse,
+    PlanSettings,
+    Subject,
+)
+
+_DTYPE_ALIASES = {"auto": None, "half": "float16", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResolvedModel:
+    spec: ModelSpec
+    subject: Subject
+    implied_quantization: str | None = None
+
+
+def resolve_model_ref(
+    snapshot: CatalogSnapshot, ref: str | InlineModel, *, field: str = "model"
+) -> ResolvedModel:
+    if isinstance(ref, InlineModel):
+        try:
+            spec = parse_hf_config(ref.hf_config, num_parameters=ref.num_parameters)
+        except ConfigError as exc:
+            raise Unprocessable.for_field(
+                f"{field}.hf_config.{exc.field}" if exc.field else f"{field}.hf_config", exc.message
+            ) from None
+        return ResolvedModel(
+            spec=spec, subject=Subject(name=ref.name or spec.architecture or "inline", source="inline")
+        )
+    match = resolve_model(snapshot, ref)
+    if match is None:
+        raise Unprocessable.for_field(
+            field,
+            f"unknown model {ref!r}: not a catalog name, Hugging Face id or alias (see GET /v1/models, or pass {{'hf_config': ...}})",
+        )
+    return ResolvedModel(
+        spec=match.model.spec,
+        subject=Subject(name=match.model.name, source="catalog", matched_by=match.how),
+        implied_quantization=match.quantization,
+    )
+
+
+def resolve_gpu_ref(
+    snapshot: CatalogSnapshot, ref: str | InlineGpu | None, *, field: str = "gpu"
+) -> tuple[GpuSpec | None, Subject | None]:
+    if ref is None:
+        return None, None
+    if isinstance(ref, InlineGpu):
+        spec = GpuSpec(**ref.model_dump())
+        return spec, Subject(name=ref.name, source="inline")
+    found = resolve_gpu(snapshot, ref)
+    if found is None:
+        raise Unprocessable.for_field(
+            field,
+            f"unknown GPU {ref!r}: not a catalog name or product label (see GET /v1/gpus, or pass {{'memory_bytes': ...}})",
+        )
+    return found.spec, Subject(name=found.name, source="catalog")
+
+
+def build_request(
+    model: ModelSpec,
+    gpu: GpuSpec | None,
+    settings: PlanSettings,
+    *,
+    implied_quantization: str | None = None,
+    **extra: Any,
+) -> PlanRequest:
+    dtype = _DTYPE_ALIASES.get(settings.dtype, settings.dtype) if settings.dtype else None
+    auto = settings.max_model_len == "auto"
+    return PlanRequest(
+        model=model,
+        gpu=gpu,
+        engine=settings.engine,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        max_model_len=None if auto or settings.max_model_len is None else int(settings.max_model_len),
+        max_model_len_auto=auto,
+        kv_cache_dtype=settings.kv_cache_dtype,
+        quantization=settings.quantization or implied_quantization,
+        dtype=dtype,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
+        num_gpu_blocks_override=settings.num_gpu_blocks_override,
+        block_size=settings.block_size,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        enforce_eager=settings.enforce_eager,
+        async_scheduling=settings.async_scheduling,
+        device=settings.device,
+        **extra,
+    )
+
+
+def to_response(result: CapacityPlan, *, model: Subject, gpu: Subject | None) -> PlanResponse:
+    data = dataclasses.asdict(result)
+    data.pop("exact")
+    return PlanResponse.model_validate({**data, "model": model, "gpu": gpu, "exact": result.exact})
+
+
+def make_plan(snapshot: CatalogSnapshot, body: PlanRequestBody) -> PlanResponse:
+    resolved = resolve_model_ref(snapshot, body.model)
+    gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
+    request = build_request(
+        resolved.spec,
+        gpu,
+        body,
+        implied_quantization=resolved.implied_quantization,
+        prompt_tokens=body.prompt_tokens,
+        output_tokens=body.output_tokens,
+    )
+    try:
+        result = plan(request)
+    except InvalidSpec as exc:
+        raise Unprocessable.for_field(exc.field, exc.message) from None
+    return to_response(result, model=resolved.subject, gpu=gpu_subject)

@@ -1,0 +1,71 @@
+"""Human-readable rendering of plans for the CLI (rich tables), shared by every command that prints one."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from service.planning.schemas import PlanResponse
+
+GIB = 1024**3
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def render_plan(console: Console, plan: PlanResponse) -> None:
+    s, kv, mem = plan.settings, plan.kv_cache, plan.memory
+    gpu = plan.gpu.name if plan.gpu else "(KV budget given)"
+    verdict = "[green]will start[/green]" if plan.fits else "[red]will NOT start[/red]"
+    console.print(
+        f"[bold]{plan.model.name}[/bold] on [bold]{gpu}[/bold] × TP {s.tensor_parallel_size} × PP {s.pipeline_parallel_size}, {s.engine} ({s.profile}): {verdict}"
+    )
+    table = Table(show_header=True, header_style="bold", title="KV cache (per replica)")
+    table.add_column("term")
+    table.add_column("value", justify="right")
+    rows = [
+        ("KV bytes per token", f"{kv.bytes_per_token:,}"),
+        ("block size (tokens)", f"{kv.block_size}"),
+        ("bytes per block", f"{kv.bytes_per_block:,}"),
+        (
+            "num_gpu_blocks",
+            f"{kv.num_gpu_blocks:,}"
+            + ("" if plan.exact else f"  (likely {kv.num_gpu_blocks_low:,}–{kv.num_gpu_blocks_high:,})"),
+        ),
+        ("KV cache size (tokens)", f"{kv.kv_cache_size_tokens:,}"),
+        (f"max concurrency @ {s.max_model_len:,} tokens", f"{kv.max_concurrency:.2f}x"),
+        ("full-length sequences that fit", f"{kv.max_concurrent_sequences:,}"),
+        ("KV bytes of one full sequence", f"{kv.bytes_per_sequence:,} ({_gib(kv.bytes_per_sequence)})"),
+        ("max_model_len that fits", f"{plan.max_model_len_that_fits:,}"),
+    ]
+    for label, text in rows:
+        table.add_row(label, text)
+    console.print(table)
+    memory = Table(show_header=True, header_style="bold", title="Memory per GPU")
+    memory.add_column("term")
+    memory.add_column("bytes", justify="right")
+    memory.add_column("GiB", justify="right")
+    for name, value in (
+        ("total", mem.total_bytes),
+        ("budget (× utilisation)", mem.budget_bytes),
+        ("weights", mem.weights_bytes),
+        ("activation peak", mem.activation_bytes),
+        ("non-torch", mem.non_torch_bytes),
+        ("CUDA graphs", mem.cudagraph_bytes),
+        ("KV cache", mem.kv_cache_bytes),
+    ):
+        memory.add_row(name, f"{value:,}", f"{value / GIB:,.2f}")
+    console.print(memory)
+    for message in plan.messages:
+        colour = {"error": "red", "warning": "yellow"}.get(message.level, "dim")
+        console.print(f"[{colour}]{message.level}[/{colour}] {message.text}", highlight=False)
+    if plan.suggestions:
+        console.print("to make it start: " + " or ".join(s.text for s in plan.suggestions), highlight=False)
+    if plan.projections:
+        p = plan.projections
+        console.print(
+            f"K/V projections per layer for a {p.prompt_tokens}-token prompt and {p.output_tokens} generated tokens: "
+            f"{p.without_cache_per_layer:,} without a cache vs {p.with_cache_per_layer:,} with one ({p.ratio:.1f}× fewer)",
+            highlight=False,
+        )

@@ -1,0 +1,162 @@
+"""POST /v1/plans and `kvcap plan`: the seed figures through the public surfaces, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED_GPU = {"memory_bytes": 80 * 10**9, "name": "seed-80gb"}
+LLAMA2 = json.loads((ROOT / "service/catalog/builtin/models/llama-2-7b.json").read_text())["hf_config"]
+
+
+def seed_body(kv_heads: int = 32, **extra: object) -> dict[str, object]:
+    model = {"hf_config": {**LLAMA2, "num_key_value_heads": kv_heads}, "num_parameters": 6_738_415_616}
+    return {
+        "model": model,
+        "gpu": SEED_GPU,
+        "engine": "ideal",
+        "gpu_memory_utilization": 1.0,
+        "max_model_len": 4096,
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "kv_dtype", "per_token", "users"),
+    [(32, None, 524_288, 30), (8, None, 131_072, 123), (8, "int8", 65_536, 247)],
+)
+async def test_seed_figures_through_the_api(
+    client: httpx.AsyncClient, kv_heads: int, kv_dtype: str | None, per_token: int, users: int
+) -> None:
+    body = seed_body(kv_heads, **({"kv_cache_dtype": kv_dtype} if kv_dtype else {}))
+    response = await client.post("/v1/plans", json=body)
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    assert plan["kv_cache"]["bytes_per_token"] == per_token
+    assert plan["kv_cache"]["max_concurrent_sequences"] == users
+    assert plan["memory"]["weights_bytes"] == 13_476_831_232
+    assert plan["fits"] is True
+    assert plan["settings"]["profile"] == "ideal"
+
+
+async def test_seed_projection_counts_through_the_api(client: httpx.AsyncClient) -> None:
+    plan = (await client.post("/v1/plans", json=seed_body(prompt_tokens=5, output_tokens=64))).json()
+    assert plan["projections"]["without_cache_per_layer"] == 2_336
+    assert plan["projections"]["with_cache_per_layer"] == 68
+
+
+async def test_plan_resolves_hf_ids_and_gpu_operator_labels(client: httpx.AsyncClient) -> None:
+    body = {
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "gpu": "NVIDIA-H100-80GB-HBM3",
+        "max_model_len": 8192,
+    }
+    plan = (await client.post("/v1/plans", json=body)).json()
+    assert plan["model"] == {"name": "llama-3.1-8b", "source": "catalog", "matched_by": "hf_id"}
+    assert plan["gpu"]["name"] == "h100-sxm-80gb"
+    assert plan["settings"]["gpu_memory_utilization"] == 0.92  # newest release's default
+    assert plan["settings"]["max_num_seqs"] == 1024  # H100-class batch default
+
+
+async def test_exact_budget_gives_exact_blocks(client: httpx.AsyncClient) -> None:
+    body = {
+        "model": "llama-3.1-8b",
+        "kv_cache_memory_bytes": 55 * 2**30,
+        "block_size": 16,
+        "max_model_len": 131072,
+    }
+    plan = (await client.post("/v1/plans", json=body)).json()
+    assert plan["kv_cache"]["num_gpu_blocks"] == 28_160
+    assert plan["kv_cache"]["kv_cache_size_tokens"] == 450_560
+    assert plan["exact"] is True
+
+
+async def test_a_deployment_that_will_not_start_says_why_and_how_to_fix_it(client: httpx.AsyncClient) -> None:
+    body = {"model": "llama-3.1-8b", "gpu": "l4", "max_model_len": 131072}
+    plan = (await client.post("/v1/plans", json=body)).json()
+    assert plan["fits"] is False
+    error = next(m for m in plan["messages"] if m["level"] == "error")
+    assert "To serve at least one request with the model's max seq len (131072)" in error["text"]
+    assert plan["max_model_len_that_fits"] < 131072
+    settings = {s["setting"] for s in plan["suggestions"]}
+    assert "max_model_len" in settings
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"model": "no-such-model", "gpu": "l4"}, "model"),
+        ({"model": "llama-3.1-8b", "gpu": "no-such-gpu"}, "gpu"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "kv_cache_dtype": "fp9"}, "kv_cache_dtype"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "engine": "tgi-2"}, "engine"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "engine": "vllm-0.5"}, "engine"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "tensor_parallel_size": 0}, "tensor_parallel_size"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "quantization": "magic"}, "quantization"),
+        ({"model": "llama-3.1-8b"}, "gpu"),
+        ({"model": {"hf_config": {"num_hidden_layers": 2}}, "gpu": "l4"}, "num_attention_heads"),
+    ],
+)
+async def test_bad_input_is_a_422_naming_the_field(
+    client: httpx.AsyncClient, body: dict[str, object], field: str
+) -> None:
+    response = await client.post("/v1/plans", json=body)
+    assert response.status_code == 422, response.text
+    assert field in json.dumps(response.json())
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_reproduces_the_seed_figures(tmp_path: Path) -> None:
+    for kv_heads, kv_dtype, users in ((32, None, 30), (8, None, 123), (8, "int8", 247)):
+        config = tmp_path / f"llama-{kv_heads}.json"
+        config.write_text(json.dumps({**LLAMA2, "num_key_value_heads": kv_heads}))
+        args = [
+            "plan",
+            "--hf-config",
+            str(config),
+            "--num-parameters",
+            "6738415616",
+            "--gpu-memory-bytes",
+            str(80 * 10**9),
+            "--engine",
+            "ideal",
+            "--gpu-memory-utilization",
+            "1.0",
+            "--max-model-len",
+            "4096",
+            "--json",
+        ]
+        if kv_dtype:
+            args += ["--kv-cache-dtype", kv_dtype]
+        result = run_cli(*args)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["kv_cache"]["max_concurrent_sequences"] == users
+
+
+def test_cli_exit_codes() -> None:
+    assert (
+        run_cli("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm-80gb", "--max-model-len", "8192").returncode
+        == 0
+    )
+    refused = run_cli("plan", "-m", "llama-3.1-8b", "-g", "l4", "--max-model-len", "131072")
+    assert refused.returncode == 1
+    assert "will NOT start" in refused.stdout
+    bad = run_cli("plan", "-m", "no-such-model", "-g", "l4")
+    assert bad.returncode == 2
+    assert "unknown model" in bad.stderr
