@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -21,9 +22,19 @@ from rich.console import Console as RichConsole
 from service.catalog.builtin import builtin_snapshot
 from service.core.errors import CoreError
 from service.errors import ServiceError
-from service.planning.schemas import InlineGpu, InlineModel, PlanRequestBody, PlanResponse
+from service.planning.recommendations import make_recommendation, make_sweep
+from service.planning.schemas import (
+    InlineGpu,
+    InlineModel,
+    PlanRequestBody,
+    PlanResponse,
+    RecommendationOut,
+    RecommendRequestBody,
+    SweepOut,
+    SweepRequestBody,
+)
 from service.planning.service import make_plan
-from service.render import render_plan
+from service.render import render_options, render_plan, render_recommendation
 from service.settings import get_settings
 
 app = typer.Typer(
@@ -33,7 +44,7 @@ catalog_app = typer.Typer(no_args_is_help=True, help="Built-in model and GPU cat
 app.add_typer(catalog_app, name="catalog")
 
 err = Console(stderr=True)
-out = RichConsole()
+out = RichConsole(width=shutil.get_terminal_size((150, 24)).columns)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -222,6 +233,177 @@ def plan(
     else:
         render_plan(out, result)
     raise typer.Exit(0 if result.fits else 1)
+
+
+def _workload(
+    requests_per_second: float | None,
+    concurrent_users: int | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    prompt_tokens_p95: int | None,
+    output_tokens_p95: int | None,
+    ttft_slo: float | None,
+    tpot_slo: float | None,
+    headroom: float,
+) -> dict[str, object]:
+    return {
+        "requests_per_second": requests_per_second,
+        "concurrent_users": concurrent_users,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "prompt_tokens_p95": prompt_tokens_p95,
+        "output_tokens_p95": output_tokens_p95,
+        "ttft_p95_seconds": ttft_slo,
+        "tpot_seconds": tpot_slo,
+        "headroom_ratio": headroom,
+    }
+
+
+def _int_list(text: str | None, option: str) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise _fail(f"{option} must be a comma-separated list of integers, got {text!r}") from None
+
+
+RpsOpt = Annotated[float | None, typer.Option("--requests-per-second", "--rps", help="arrival rate")]
+UsersOpt = Annotated[
+    int | None, typer.Option("--concurrent-users", help="requests in flight (instead of a rate)")
+]
+PromptOpt = Annotated[int, typer.Option(help="mean prompt tokens")]
+OutputOpt = Annotated[int, typer.Option(help="mean output tokens")]
+P95Opt = Annotated[int | None, typer.Option()]
+SloOpt = Annotated[float | None, typer.Option()]
+
+
+@app.command()
+def recommend(
+    model: Annotated[str, typer.Option("--model", "-m")],
+    gpu: Annotated[str, typer.Option("--gpu", "-g")],
+    requests_per_second: RpsOpt = None,
+    concurrent_users: UsersOpt = None,
+    prompt_tokens: PromptOpt = 1024,
+    output_tokens: OutputOpt = 256,
+    prompt_tokens_p95: P95Opt = None,
+    output_tokens_p95: P95Opt = None,
+    ttft_slo: Annotated[float | None, typer.Option(help="p95 time-to-first-token SLO, seconds")] = None,
+    tpot_slo: Annotated[float | None, typer.Option(help="time-per-output-token SLO, seconds")] = None,
+    headroom: Annotated[float, typer.Option(help="capacity above demand (0.2 = 20 %)")] = 0.2,
+    tensor_parallel_sizes: Annotated[str | None, typer.Option("--tp", help="candidates, e.g. 1,2,4")] = None,
+    engine: Annotated[str | None, typer.Option()] = None,
+    max_model_len: Annotated[int | None, typer.Option()] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option()] = None,
+    quantization: Annotated[str | None, typer.Option("--quantization", "-q")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="cap above vLLM's default only when given")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    server: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Tensor-parallel size, max_num_seqs, replicas and cost for a workload. Exit 1 when nothing fits."""
+    fields = {
+        "model": model,
+        "gpu": gpu,
+        "engine": engine,
+        "max_model_len": max_model_len,
+        "kv_cache_dtype": kv_cache_dtype,
+        "quantization": quantization,
+        "max_num_seqs": max_num_seqs,
+        "tensor_parallel_sizes": _int_list(tensor_parallel_sizes, "--tp"),
+        "workload": _workload(
+            requests_per_second,
+            concurrent_users,
+            prompt_tokens,
+            output_tokens,
+            prompt_tokens_p95,
+            output_tokens_p95,
+            ttft_slo,
+            tpot_slo,
+            headroom,
+        ),
+    }
+    try:
+        body = RecommendRequestBody.model_validate(fields)
+    except ValidationError as exc:
+        raise _fail(_validation_message(exc)) from None
+    if server:
+        result = RecommendationOut.model_validate(
+            _post(server, "/v1/plans/recommend", body.model_dump(mode="json", exclude_none=True))
+        )
+    else:
+        try:
+            result = make_recommendation(builtin_snapshot(), body)
+        except ServiceError as exc:
+            raise _fail(exc.message) from None
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render_recommendation(out, result)
+    raise typer.Exit(0 if result.recommended else 1)
+
+
+@app.command()
+def sweep(
+    model: Annotated[str, typer.Option("--model", "-m")],
+    requests_per_second: RpsOpt = None,
+    concurrent_users: UsersOpt = None,
+    prompt_tokens: PromptOpt = 1024,
+    output_tokens: OutputOpt = 256,
+    prompt_tokens_p95: P95Opt = None,
+    output_tokens_p95: P95Opt = None,
+    ttft_slo: SloOpt = None,
+    tpot_slo: SloOpt = None,
+    headroom: Annotated[float, typer.Option()] = 0.2,
+    gpus: Annotated[str | None, typer.Option(help="comma-separated catalog GPUs (default: all)")] = None,
+    tensor_parallel_sizes: Annotated[str | None, typer.Option("--tp")] = None,
+    engine: Annotated[str | None, typer.Option()] = None,
+    max_model_len: Annotated[int | None, typer.Option()] = None,
+    limit: Annotated[int, typer.Option(help="rows to show")] = 25,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    server: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Rank every GPU × TP × KV dtype × quantization option by cost. Exit 1 when none serves the workload."""
+    fields = {
+        "model": model,
+        "engine": engine,
+        "max_model_len": max_model_len,
+        "limit": limit,
+        "gpus": [g.strip() for g in gpus.split(",") if g.strip()] if gpus else None,
+        "tensor_parallel_sizes": _int_list(tensor_parallel_sizes, "--tp"),
+        "workload": _workload(
+            requests_per_second,
+            concurrent_users,
+            prompt_tokens,
+            output_tokens,
+            prompt_tokens_p95,
+            output_tokens_p95,
+            ttft_slo,
+            tpot_slo,
+            headroom,
+        ),
+    }
+    try:
+        body = SweepRequestBody.model_validate(fields)
+    except ValidationError as exc:
+        raise _fail(_validation_message(exc)) from None
+    if server:
+        result = SweepOut.model_validate(
+            _post(server, "/v1/plans/sweep", body.model_dump(mode="json", exclude_none=True))
+        )
+    else:
+        try:
+            result = make_sweep(builtin_snapshot(), body)
+        except ServiceError as exc:
+            raise _fail(exc.message) from None
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render_options(
+            out,
+            result.options,
+            title=f"{result.model.name}: {result.feasible} of {result.evaluated} options serve the workload",
+        )
+    raise typer.Exit(0 if result.feasible else 1)
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from service.planning.schemas import PlanResponse
+from service.planning.schemas import OptionOut, PlanResponse, RecommendationOut
 
 GIB = 1024**3
 
@@ -69,3 +69,71 @@ def render_plan(console: Console, plan: PlanResponse) -> None:
             f"{p.without_cache_per_layer:,} without a cache vs {p.with_cache_per_layer:,} with one ({p.ratio:.1f}× fewer)",
             highlight=False,
         )
+
+
+def _money(value: float | None) -> str:
+    return f"${value:,.2f}" if value is not None else "–"
+
+
+def _ms(value: float | None) -> str:
+    return f"{value * 1e3:,.1f}" if value is not None else "–"
+
+
+def render_options(console: Console, options: list[OptionOut], *, title: str) -> None:
+    table = Table(title=title, header_style="bold")
+    for column in (
+        "GPU",
+        "TP",
+        "KV",
+        "quant",
+        "max_num_seqs",
+        "replicas",
+        "GPUs",
+        "$/h",
+        "$/M out tok",
+        "TPOT ms",
+        "TTFT ms",
+        "verdict",
+    ):
+        table.add_column(
+            column, justify="right" if column not in ("GPU", "KV", "quant", "verdict") else "left"
+        )
+    for o in options:
+        verdict = "[green]ok[/green]" if o.feasible else f"[red]{o.rejection}[/red]"
+        table.add_row(
+            o.gpu,
+            str(o.tensor_parallel_size),
+            o.kv_cache_dtype,
+            o.quantization or "–",
+            str(o.max_num_seqs) if o.feasible else "–",
+            str(o.replicas) if o.feasible else "–",
+            str(o.gpus) if o.feasible else "–",
+            _money(o.cost_per_hour_usd),
+            _money(o.cost_per_million_output_tokens_usd),
+            _ms(o.tpot_seconds),
+            _ms(o.ttft_seconds),
+            verdict,
+        )
+    console.print(table)
+
+
+def render_recommendation(console: Console, result: RecommendationOut) -> None:
+    chosen = result.recommended
+    if chosen is None:
+        console.print(f"[red]no tensor-parallel size serves this workload on {result.gpu.name}[/red]")
+    else:
+        console.print(
+            f"[bold]{result.model.name}[/bold] on [bold]{result.gpu.name}[/bold]: tensor-parallel-size {chosen.tensor_parallel_size}, "
+            f"--max-num-seqs {chosen.max_num_seqs}, --max-model-len {chosen.max_model_len:,}, {chosen.replicas} replica(s), "
+            f"{chosen.gpus} GPU(s), {_money(chosen.cost_per_hour_usd)}/h",
+            highlight=False,
+        )
+        for reason in chosen.reasons:
+            console.print(f"  • {reason}", highlight=False)
+    render_options(console, result.options, title="Options tried")
+    for option in result.options:
+        if not option.feasible:
+            console.print(
+                f"[dim]TP {option.tensor_parallel_size}: {option.reasons[0] if option.reasons else option.rejection}[/dim]",
+                highlight=False,
+            )

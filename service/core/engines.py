@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from service.core.errors import UnknownEngine
 
@@ -94,6 +95,7 @@ def parse_engine(engine: str | None) -> tuple[str, tuple[int, int] | None]:
     return f"vllm-{version[0]}.{version[1]}", version
 
 
+@lru_cache(maxsize=128)
 def resolve_engine(engine: str | None) -> EngineProfile:
     """The profile for an engine string (see module docstring); releases newer than kvcap knows use the newest rules."""
     name, version = parse_engine(engine)

@@ -20,8 +20,8 @@ blocks from one shared pool of ``group_size`` tensors: ``num_blocks = available 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from math import prod
 
 from service.core.dtypes import MODEL_DTYPE_BYTES, KvCacheDtype, normalize_model_dtype
@@ -46,21 +46,27 @@ class LayerKvSpec:
     window_tokens: int | None = None  # sliding window or attention chunk
     state_bytes: int = 0  # Mamba/linear: conv + SSM state of one request
     padded_state_bytes: int | None = None
+    # Derived once (specs are hashed and queried in tight loops by sweeps): see __post_init__.
+    bytes_per_token: int = field(init=False, compare=False, default=0)
+    page_size_bytes: int = field(init=False, compare=False, default=0)
+    is_state: bool = field(init=False, compare=False, default=False)
 
-    @property
-    def bytes_per_token(self) -> int:
-        """KV bytes one token costs in this layer (0 for constant-state layers)."""
-        if self.kind.is_state:
-            return 0
-        if self.kind is LayerType.MLA:
-            return self.num_kv_heads * self.head_size * self.dtype_bytes
-        return self.num_kv_heads * (2 * self.head_size * self.dtype_bytes + self.scale_bytes_per_head)
-
-    @property
-    def page_size_bytes(self) -> int:
-        if self.kind.is_state:
-            return self.padded_state_bytes or self.state_bytes
-        return self.block_size * self.bytes_per_token
+    def __post_init__(self) -> None:
+        state = self.kind.is_state
+        if state:
+            per_token = 0  # constant-state layers cost nothing per token
+            page = self.padded_state_bytes or self.state_bytes
+        elif self.kind is LayerType.MLA:
+            per_token = self.num_kv_heads * self.head_size * self.dtype_bytes  # one latent, no separate V
+            page = self.block_size * per_token
+        else:
+            per_token = self.num_kv_heads * (
+                2 * self.head_size * self.dtype_bytes + self.scale_bytes_per_head
+            )
+            page = self.block_size * per_token
+        object.__setattr__(self, "bytes_per_token", per_token)
+        object.__setattr__(self, "page_size_bytes", page)
+        object.__setattr__(self, "is_state", state)
 
     def max_blocks_per_request(
         self, *, max_model_len: int, in_flight_tokens: int, state_pages: int = 1
@@ -73,7 +79,7 @@ class LayerKvSpec:
         scheduled tokens; a constant-state layer holds one page (two when prefix caching keeps an aligned
         checkpoint of the state, vLLM's ``mamba_cache_mode="align"``).
         """
-        if self.kind.is_state:
+        if self.is_state:
             return state_pages
         if self.kind is LayerType.SLIDING:
             assert self.window_tokens is not None
@@ -123,77 +129,111 @@ def state_bytes(state: StateSpec, *, tensor_parallel_size: int, model_dtype: str
     return conv * conv_bytes + ssm * ssm_bytes
 
 
+SpecCounts = list[tuple["LayerKvSpec", int]]
+
+
+def layer_spec_counts(
+    model: ModelSpec,
+    *,
+    kv_dtype: KvCacheDtype,
+    block_size: int,
+    tensor_parallel_size: int = 1,
+    layers: range | None = None,
+    mla_dtype_bytes_override: int | None = None,
+) -> SpecCounts:
+    """Distinct ``LayerKvSpec`` of a rank's cached layers with how many layers use each.
+
+    ``layers`` is the index range a pipeline stage owns. Layers that read another layer's KV
+    (``num_kv_shared_layers``, Gemma 3n: the last N layers) cost nothing and are left out.
+    """
+    if block_size <= 0:
+        raise InvalidSpec("must be positive", field="block_size")
+    span = range(model.num_hidden_layers) if layers is None else layers
+    end = min(span.stop, model.num_hidden_layers - model.num_kv_shared_layers)
+    kinds = Counter(model.resolved_layer_types[span.start : end])
+    element = kv_dtype.bytes_per_element(model.torch_dtype)
+    return [
+        (
+            _layer_spec(
+                model,
+                kind,
+                kv_dtype=kv_dtype,
+                element=element,
+                block_size=block_size,
+                tensor_parallel_size=tensor_parallel_size,
+                mla_dtype_bytes_override=mla_dtype_bytes_override,
+            ),
+            count,
+        )
+        for kind, count in kinds.items()
+        if count
+    ]
+
+
 def layer_specs(
     model: ModelSpec,
     *,
     kv_dtype: KvCacheDtype,
     block_size: int,
     tensor_parallel_size: int = 1,
-    layers: Sequence[int] | None = None,
-    mla_dtype_bytes_override: int | None = None,
+    layers: range | None = None,
 ) -> list[LayerKvSpec]:
-    """One ``LayerKvSpec`` per cached layer on a rank (``layers``: the indices this PP stage owns).
-
-    Layers that read another layer's KV (``num_kv_shared_layers``, Gemma 3n: the last N layers) cost nothing.
-    """
-    if block_size <= 0:
-        raise InvalidSpec("must be positive", field="block_size")
-    kinds = model.resolved_layer_types
-    indices = range(model.num_hidden_layers) if layers is None else layers
-    first_shared = model.num_hidden_layers - model.num_kv_shared_layers
-    element = kv_dtype.bytes_per_element(model.torch_dtype)
-    specs: list[LayerKvSpec] = []
-    for index in indices:
-        if index >= first_shared:
-            continue
-        kind = kinds[index]
-        if kind.is_state:
-            assert model.state is not None
-            specs.append(
-                LayerKvSpec(
-                    kind=kind,
-                    block_size=block_size,
-                    state_bytes=state_bytes(
-                        model.state, tensor_parallel_size=tensor_parallel_size, model_dtype=model.torch_dtype
-                    ),
-                )
-            )
-        elif kind is LayerType.MLA:
-            assert model.kv_lora_rank is not None and model.qk_rope_head_dim is not None
-            specs.append(
-                LayerKvSpec(
-                    kind=kind,
-                    block_size=block_size,
-                    num_kv_heads=1,
-                    head_size=model.kv_lora_rank + model.qk_rope_head_dim,
-                    dtype_bytes=mla_dtype_bytes_override or element,
-                )
-            )
-        else:
-            window = (
-                model.sliding_window
-                if kind is LayerType.SLIDING
-                else model.attention_chunk_size
-                if kind is LayerType.CHUNKED
-                else None
-            )
-            specs.append(
-                LayerKvSpec(
-                    kind=kind,
-                    block_size=block_size,
-                    num_kv_heads=kv_heads_per_rank(model.num_key_value_heads, tensor_parallel_size),
-                    head_size=model.head_dim,
-                    dtype_bytes=element,
-                    scale_bytes_per_head=kv_dtype.scale_bytes_per_head,
-                    window_tokens=window,
-                )
-            )
-    return specs
+    """One ``LayerKvSpec`` per cached layer (the expanded form of ``layer_spec_counts``)."""
+    counts = layer_spec_counts(
+        model,
+        kv_dtype=kv_dtype,
+        block_size=block_size,
+        tensor_parallel_size=tensor_parallel_size,
+        layers=layers,
+    )
+    return [spec for spec, count in counts for _ in range(count)]
 
 
-def bytes_per_token(specs: Sequence[LayerKvSpec]) -> int:
+def _layer_spec(
+    model: ModelSpec,
+    kind: LayerType,
+    *,
+    kv_dtype: KvCacheDtype,
+    element: int,
+    block_size: int,
+    tensor_parallel_size: int,
+    mla_dtype_bytes_override: int | None,
+) -> LayerKvSpec:
+    if kind.is_state:
+        assert model.state is not None
+        return LayerKvSpec(
+            kind=kind,
+            block_size=block_size,
+            state_bytes=state_bytes(
+                model.state, tensor_parallel_size=tensor_parallel_size, model_dtype=model.torch_dtype
+            ),
+        )
+    if kind is LayerType.MLA:
+        assert model.kv_lora_rank is not None and model.qk_rope_head_dim is not None
+        return LayerKvSpec(
+            kind=kind,
+            block_size=block_size,
+            num_kv_heads=1,
+            head_size=model.kv_lora_rank + model.qk_rope_head_dim,
+            dtype_bytes=mla_dtype_bytes_override or element,
+        )
+    window = {LayerType.SLIDING: model.sliding_window, LayerType.CHUNKED: model.attention_chunk_size}.get(
+        kind
+    )
+    return LayerKvSpec(
+        kind=kind,
+        block_size=block_size,
+        num_kv_heads=kv_heads_per_rank(model.num_key_value_heads, tensor_parallel_size),
+        head_size=model.head_dim,
+        dtype_bytes=element,
+        scale_bytes_per_head=kv_dtype.scale_bytes_per_head,
+        window_tokens=window,
+    )
+
+
+def bytes_per_token(counts: SpecCounts) -> int:
     """KV bytes one token costs on a rank, summed over its attention layers (the seed's headline number)."""
-    return sum(spec.bytes_per_token for spec in specs)
+    return sum(spec.bytes_per_token * count for spec, count in counts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,14 +253,22 @@ class KvLayout:
     page_size_bytes: int  # one block in one tensor (uniform across groups)
     padding_layers: int = 0
     notes: tuple[str, ...] = field(default=())
+    # Distinct group specs and how many groups use each (the per-request block sum needs only these).
+    groups_per_spec: tuple[tuple[LayerKvSpec, int], ...] = field(init=False, compare=False, default=())
 
     @property
     def bytes_per_block(self) -> int:
         """Bytes one block id costs across the pool (``page_size_bytes × group_size``)."""
         return self.page_size_bytes * self.group_size
 
+    def __post_init__(self) -> None:
+        counts: dict[LayerKvSpec, int] = {}
+        for group in self.groups:
+            counts[group.spec] = counts.get(group.spec, 0) + 1
+        object.__setattr__(self, "groups_per_spec", tuple(counts.items()))
 
-def group_layers(specs: Sequence[LayerKvSpec], *, uniform_ratio: float = 1.25) -> KvLayout:
+
+def group_layers(counts: SpecCounts, *, uniform_ratio: float = 1.25) -> KvLayout:
     """Bucket equal specs and cut the buckets into equal-size groups (``_get_kv_cache_groups_uniform_page_size``).
 
     ``group_size`` is the smallest bucket, or the largest when every bucket is within ``uniform_ratio`` of the
@@ -228,11 +276,11 @@ def group_layers(specs: Sequence[LayerKvSpec], *, uniform_ratio: float = 1.25) -
     Gemma-3-27B has 52 sliding and 10 full layers → group size 10, six sliding groups (two padding layers) and
     one full group. A single bucket is one group of every layer (the dense case).
     """
-    if not specs:
-        raise InvalidSpec("the model has no layer that keeps a KV cache on this rank", field="model")
     buckets: dict[LayerKvSpec, int] = {}
-    for spec in specs:
-        buckets[spec] = buckets.get(spec, 0) + 1
+    for spec, count in counts:
+        buckets[spec] = buckets.get(spec, 0) + count
+    if not buckets:
+        raise InvalidSpec("the model has no layer that keeps a KV cache on this rank", field="model")
     pages = {spec.page_size_bytes for spec in buckets}
     if len(pages) != 1:
         raise InvalidSpec(
@@ -268,38 +316,31 @@ def group_layers(specs: Sequence[LayerKvSpec], *, uniform_ratio: float = 1.25) -
     )
 
 
-def unify_page_sizes(
-    specs: Sequence[LayerKvSpec], *, kernel_block_alignment: int = 16
-) -> tuple[list[LayerKvSpec], int, str]:
+def unify_page_sizes(counts: SpecCounts, *, kernel_block_alignment: int = 16) -> tuple[SpecCounts, int, str]:
     """Make attention and constant-state pages equal, as vLLM does for Mamba hybrids.
 
     ``HybridAttentionMambaModelConfig.verify_and_update_config``: the attention block size is raised to the
     smallest multiple of the kernel alignment whose page holds at least one Mamba state, then the Mamba page is
-    padded up to the attention page. Returns the new specs, the attention block size and a note.
+    padded up to the attention page. Returns the new counts, the attention block size and a note.
     """
-    states = [s for s in specs if s.kind.is_state]
-    attention = [s for s in specs if not s.kind.is_state]
+    states = [s for s, _ in counts if s.is_state]
+    attention = [s for s, _ in counts if not s.is_state]
     if not states or not attention:
-        return list(specs), specs[0].block_size if specs else 0, ""
+        return list(counts), counts[0][0].block_size if counts else 0, ""
     state_page = max(s.state_bytes for s in states)
     per_token = max(s.bytes_per_token for s in attention)
-    current = attention[0].block_size
-    needed = kernel_block_alignment * cdiv(state_page, kernel_block_alignment * per_token)
-    block = max(current, needed)
+    block = max(
+        attention[0].block_size, kernel_block_alignment * cdiv(state_page, kernel_block_alignment * per_token)
+    )
     attn_page = block * per_token
     unified = [
-        LayerKvSpec(kind=s.kind, block_size=block, state_bytes=s.state_bytes, padded_state_bytes=attn_page)
-        if s.kind.is_state
-        else LayerKvSpec(
-            kind=s.kind,
-            block_size=block,
-            num_kv_heads=s.num_kv_heads,
-            head_size=s.head_size,
-            dtype_bytes=s.dtype_bytes,
-            scale_bytes_per_head=s.scale_bytes_per_head,
-            window_tokens=s.window_tokens,
+        (
+            replace(s, padded_state_bytes=attn_page, block_size=block)
+            if s.is_state
+            else replace(s, block_size=block),
+            n,
         )
-        for s in specs
+        for s, n in counts
     ]
     note = (
         f"attention block size {block} so that one attention page ({attn_page:,} B) holds a Mamba state "
@@ -325,8 +366,8 @@ def blocks_per_request(
     ``Σ_groups max_blocks_per_request(group)``.
     """
     total = 0
-    for group in layout.groups:
-        total += group.spec.max_blocks_per_request(
+    for spec, groups in layout.groups_per_spec:
+        total += groups * spec.max_blocks_per_request(
             max_model_len=max_model_len, in_flight_tokens=in_flight_tokens, state_pages=state_pages
         )
     return total

@@ -24,11 +24,12 @@ from service.core.errors import InvalidSpec
 from service.core.kv_cache import (
     KvLayout,
     LayerKvSpec,
+    SpecCounts,
     blocks_per_request,
     bytes_per_token,
     group_layers,
     kv_heads_per_rank,
-    layer_specs,
+    layer_spec_counts,
     num_blocks,
     unify_page_sizes,
 )
@@ -67,6 +68,9 @@ class PlanRequest:
     output_tokens: int | None = None
     coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS
     suggest: bool = True
+    detail: bool = (
+        True  # False: verdict and numbers only (sweeps): no breakdown, no length search when it fits
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,6 +186,22 @@ class CapacityPlan:
     stages: tuple[StageResult, ...]
     projections: Projections | None = None
     exact: bool = False  # block counts are exact (the KV budget was given, not estimated)
+    # For follow-up questions ("how many requests of N tokens fit?"); not part of the API response.
+    layout: KvLayout | None = field(default=None, repr=False, compare=False)
+    in_flight_tokens: int = 0
+    state_pages: int = 1
+
+    def concurrency_at(self, context_tokens: int) -> float:
+        """Requests of ``context_tokens`` tokens the cache holds at once (vLLM's concurrency formula)."""
+        if self.layout is None or context_tokens < 1 or self.kv_cache.num_gpu_blocks <= 0:
+            return 0.0
+        needed = blocks_per_request(
+            self.layout,
+            max_model_len=context_tokens,
+            in_flight_tokens=self.in_flight_tokens,
+            state_pages=self.state_pages,
+        )
+        return self.kv_cache.num_gpu_blocks / needed if needed else 0.0
 
     @property
     def errors(self) -> tuple[Message, ...]:
@@ -274,7 +294,7 @@ def _in_flight_tokens(engine: EngineProfile, *, mnbt: int, async_scheduling: boo
 class _Stage:
     index: int
     layers: tuple[int, int]
-    specs: tuple[LayerKvSpec, ...]
+    specs: SpecCounts  # distinct layer specs on this stage's GPU, with how many layers use each
     layout: KvLayout
     weights_bytes: int
     overheads: Overheads
@@ -284,53 +304,55 @@ class _Stage:
     notes: tuple[str, ...] = field(default=())
 
 
+def _as_full(counts: SpecCounts, kinds: frozenset[LayerType]) -> SpecCounts:
+    """Charge layers of ``kinds`` as full attention (their window limits attention, not memory)."""
+    merged: dict[LayerKvSpec, int] = {}
+    for spec, count in counts:
+        if spec.kind in kinds:
+            spec = replace(spec, kind=LayerType.FULL, window_tokens=None)
+        merged[spec] = merged.get(spec, 0) + count
+    return list(merged.items())
+
+
 def _stage_specs(
     model: ModelSpec, engine: EngineProfile, kv_dtype: KvCacheDtype, block_size: int, tp: int, layers: range
-) -> tuple[list[LayerKvSpec], list[str]]:
+) -> tuple[SpecCounts, list[str]]:
     notes: list[str] = []
-    effective = model
-    kinds = model.resolved_layer_types
-    if engine.v0 and (LayerType.SLIDING in kinds or LayerType.CHUNKED in kinds):
-        # V0 paged every attention layer the same way: a sliding window limits attention, not memory.
-        effective = replace(
-            model,
-            layer_types=tuple(
-                LayerType.FULL if k in (LayerType.SLIDING, LayerType.CHUNKED) else k for k in kinds
-            ),
-        )
-        notes.append("V0 engine: sliding-window layers are charged as full attention")
-    elif engine.chunked_local_as_full and LayerType.CHUNKED in kinds:
-        effective = replace(
-            model, layer_types=tuple(LayerType.FULL if k is LayerType.CHUNKED else k for k in kinds)
-        )
+    counts = layer_spec_counts(
+        model, kv_dtype=kv_dtype, block_size=block_size, tensor_parallel_size=tp, layers=layers
+    )
+    present = {spec.kind for spec, _ in counts}
+    if engine.v0:
+        if present & {LayerType.SLIDING, LayerType.CHUNKED}:
+            # V0 paged every attention layer the same way: a sliding window limits attention, not memory.
+            counts = _as_full(counts, frozenset({LayerType.SLIDING, LayerType.CHUNKED}))
+            notes.append("V0 engine: sliding-window layers are charged as full attention")
+        counts = [(spec, n) for spec, n in counts if not spec.is_state]
+    elif engine.chunked_local_as_full and LayerType.CHUNKED in present:
+        counts = _as_full(counts, frozenset({LayerType.CHUNKED}))
         notes.append(
             "chunked local attention is charged as full attention (hybrid KV manager off by default before 0.15)"
         )
-    specs = layer_specs(
-        effective, kv_dtype=kv_dtype, block_size=block_size, tensor_parallel_size=tp, layers=layers
-    )
-    if engine.v0:
-        specs = [s for s in specs if not s.kind.is_state]
-    return specs, notes
+    return counts, notes
 
 
-def _unify_attention_pages(specs: list[LayerKvSpec]) -> tuple[list[LayerKvSpec], str]:
+def _unify_attention_pages(counts: SpecCounts) -> tuple[SpecCounts, str]:
     """Raise smaller attention pages to the largest by multiplying their block size (``unify_kv_cache_spec_page_size``)."""
-    pages = {s.page_size_bytes for s in specs}
+    pages = {s.page_size_bytes for s, _ in counts}
     if len(pages) <= 1:
-        return specs, ""
+        return counts, ""
     largest = max(pages)
-    unified = []
-    for s in specs:
-        if s.page_size_bytes == largest:
-            unified.append(s)
+    unified: SpecCounts = []
+    for spec, n in counts:
+        if spec.page_size_bytes == largest:
+            unified.append((spec, n))
             continue
-        if largest % s.page_size_bytes:
+        if largest % spec.page_size_bytes:
             raise InvalidSpec(
                 "The page size of the layer is not divisible by the maximum page size. Cannot unify by adjusting block_size.",
                 field="model",
             )
-        unified.append(replace(s, block_size=s.block_size * (largest // s.page_size_bytes)))
+        unified.append((replace(spec, block_size=spec.block_size * (largest // spec.page_size_bytes)), n))
     return unified, "layers with smaller pages get proportionally larger blocks so all pages are equal"
 
 
@@ -500,7 +522,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
     notes: list[str] = []
     for share in shares:
         specs, stage_notes = _stage_specs(model, engine, kv_dtype, block_size, tp, range(*share.layers))
-        if any(s.kind.is_state for s in specs) and any(not s.kind.is_state for s in specs):
+        if any(s.is_state for s, _ in specs) and any(not s.is_state for s, _ in specs):
             specs, raised_block, note = unify_page_sizes(specs)
             if raised_block != block_size:
                 block_size = raised_block
@@ -535,7 +557,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
             _Stage(
                 share.stage,
                 share.layers,
-                tuple(specs),
+                specs,
                 layout,
                 share.total_bytes,
                 overheads,
@@ -582,7 +604,8 @@ def plan(request: PlanRequest) -> CapacityPlan:
                     max_model_len=length, in_flight_tokens=in_flight, state_pages=state_pages
                 )
                 * s.page_size_bytes
-                for s in stage.specs
+                * n
+                for s, n in stage.specs
             )
         if engine.refusal_counts_first_group_only:
             first = lay.groups[0].spec
@@ -625,7 +648,10 @@ def plan(request: PlanRequest) -> CapacityPlan:
         return lo
 
     search_limit = derived_len or max_len
-    max_len_fits = largest_fitting(search_limit)
+    needs_search = (
+        request.detail or request.max_model_len_auto or not (blocks > 0 and max_len and fits_length(max_len))
+    )
+    max_len_fits = largest_fitting(search_limit) if needs_search else max_len
     if request.max_model_len_auto:
         if max_len_fits == 0:
             messages.append(
@@ -725,155 +751,156 @@ def plan(request: PlanRequest) -> CapacityPlan:
 
     fits = not any(m.level == "error" for m in messages)
 
-    # 6. Facts a user reads next to the verdict --------------------------------------------------------------
-    device_word = "CPU" if request.device == "cpu" else "GPU"
-    if blocks > 0 and max_len:
-        if engine.v0:
-            log = f"# {'cpu' if request.device == 'cpu' else 'cuda'} blocks: {blocks}, then Maximum concurrency for {max_len} tokens per request: {concurrency:.2f}x"
-        else:
-            log = f"{device_word} KV cache size: {fmt_int(kv_tokens)} tokens, Maximum concurrency for {fmt_int(max_len)} tokens per request: {concurrency:.2f}x"
-        messages.append(Message(level="info", code="expected_log", text=f"vLLM should log: {log}"))
-    if gpu is not None and request.kv_cache_memory_bytes is None and engine.overheads:
-        spread = (blocks_high - blocks_low) / 2
-        messages.append(
-            Message(
-                level="info",
-                code="estimate_band",
-                text=(
-                    f"runtime overheads are estimated: num_gpu_blocks likely between {fmt_int(blocks_low)} and {fmt_int(blocks_high)} "
-                    f"(±{spread:,.0f}); give kv_cache_memory_bytes for an exact count"
-                ),
-            )
-        )
-
+    elem = kv_dtype.bytes_per_element(dtype)
     suggestions = (
         _suggestions(request, engine, fits, max_len, max_len_fits, kv_dtype)
         if request.suggest and not fits
         else ()
     )
 
-    # 7. The breakdown, term by term -----------------------------------------------------------------------
-    elem = kv_dtype.bytes_per_element(dtype)
-    attention_layers = sum(1 for s in worst.specs if not s.kind.is_state)
-    terms.append(
-        Term(
-            name="kv_bytes_per_token",
-            formula=f"Σ layers kv_heads_per_rank × 2 (K,V) × head_dim × {elem} B ({attention_layers} layers with KV)",
-            value=per_token,
-            unit="bytes",
-        )
-    )
-    terms.append(
-        Term(
-            name="page_size",
-            formula=f"block_size {block_size} × per-layer bytes per token",
-            value=layout.page_size_bytes,
-            unit="bytes",
-        )
-    )
-    terms.append(
-        Term(
-            name="bytes_per_block",
-            formula=f"page_size × group_size {layout.group_size} ({len(layout.groups)} group(s))",
-            value=layout.bytes_per_block,
-            unit="bytes",
-        )
-    )
-    if request.kv_cache_memory_bytes is None and gpu is not None:
+    if request.detail:
+        # 6. Facts a user reads next to the verdict --------------------------------------------------------------
+        device_word = "CPU" if request.device == "cpu" else "GPU"
+        if blocks > 0 and max_len:
+            if engine.v0:
+                log = f"# {'cpu' if request.device == 'cpu' else 'cuda'} blocks: {blocks}, then Maximum concurrency for {max_len} tokens per request: {concurrency:.2f}x"
+            else:
+                log = f"{device_word} KV cache size: {fmt_int(kv_tokens)} tokens, Maximum concurrency for {fmt_int(max_len)} tokens per request: {concurrency:.2f}x"
+            messages.append(Message(level="info", code="expected_log", text=f"vLLM should log: {log}"))
+        if gpu is not None and request.kv_cache_memory_bytes is None and engine.overheads:
+            spread = (blocks_high - blocks_low) / 2
+            messages.append(
+                Message(
+                    level="info",
+                    code="estimate_band",
+                    text=(
+                        f"runtime overheads are estimated: num_gpu_blocks likely between {fmt_int(blocks_low)} and {fmt_int(blocks_high)} "
+                        f"(±{spread:,.0f}); give kv_cache_memory_bytes for an exact count"
+                    ),
+                )
+            )
+
+        # 7. The breakdown, term by term -----------------------------------------------------------------------
+        attention_layers = sum(n for s, n in worst.specs if not s.is_state)
         terms.append(
             Term(
-                name="budget",
-                formula=f"{'ceil(' if engine.ceil_requested else ''}total {gib(total)} GiB × gpu_memory_utilization {util_value}{')' if engine.ceil_requested else ''}",
-                value=budget,
+                name="kv_bytes_per_token",
+                formula=f"Σ layers kv_heads_per_rank × 2 (K,V) × head_dim × {elem} B ({attention_layers} layers with KV)",
+                value=per_token,
                 unit="bytes",
             )
         )
         terms.append(
             Term(
-                name="weights",
-                formula=f"parameters on this GPU × bytes per parameter ({quant.name + ' linear layers' if quant else dtype})",
-                value=worst.weights_bytes,
+                name="page_size",
+                formula=f"block_size {block_size} × per-layer bytes per token",
+                value=layout.page_size_bytes,
                 unit="bytes",
             )
         )
         terms.append(
             Term(
-                name="activation_peak",
-                formula=worst.overheads.activation.formula,
-                value=worst.overheads.activation.bytes,
+                name="bytes_per_block",
+                formula=f"page_size × group_size {layout.group_size} ({len(layout.groups)} group(s))",
+                value=layout.bytes_per_block,
                 unit="bytes",
+            )
+        )
+        if request.kv_cache_memory_bytes is None and gpu is not None:
+            terms.append(
+                Term(
+                    name="budget",
+                    formula=f"{'ceil(' if engine.ceil_requested else ''}total {gib(total)} GiB × gpu_memory_utilization {util_value}{')' if engine.ceil_requested else ''}",
+                    value=budget,
+                    unit="bytes",
+                )
+            )
+            terms.append(
+                Term(
+                    name="weights",
+                    formula=f"parameters on this GPU × bytes per parameter ({quant.name + ' linear layers' if quant else dtype})",
+                    value=worst.weights_bytes,
+                    unit="bytes",
+                )
+            )
+            terms.append(
+                Term(
+                    name="activation_peak",
+                    formula=worst.overheads.activation.formula,
+                    value=worst.overheads.activation.bytes,
+                    unit="bytes",
+                )
+            )
+            terms.append(
+                Term(
+                    name="non_torch",
+                    formula=worst.overheads.non_torch.formula,
+                    value=worst.overheads.non_torch.bytes,
+                    unit="bytes",
+                )
+            )
+            terms.append(
+                Term(
+                    name="cudagraph",
+                    formula=worst.overheads.cudagraph.formula,
+                    value=worst.overheads.cudagraph.bytes,
+                    unit="bytes",
+                )
+            )
+            terms.append(
+                Term(
+                    name="kv_cache_memory",
+                    formula="budget − weights − activation_peak − non_torch − cudagraph",
+                    value=worst.available,
+                    unit="bytes",
+                )
+            )
+        else:
+            terms.append(
+                Term(
+                    name="kv_cache_memory",
+                    formula="kv_cache_memory_bytes as given (profiling skipped, utilisation ignored)",
+                    value=worst.available,
+                    unit="bytes",
+                )
+            )
+        terms.append(
+            Term(
+                name="num_gpu_blocks",
+                formula="kv_cache_memory // page_size // group_size"
+                + (" (min over pipeline stages)" if pp > 1 else ""),
+                value=blocks,
+                unit="blocks",
             )
         )
         terms.append(
             Term(
-                name="non_torch",
-                formula=worst.overheads.non_torch.formula,
-                value=worst.overheads.non_torch.bytes,
-                unit="bytes",
+                name="blocks_per_request",
+                formula=f"Σ groups blocks for {fmt_int(max_len)} tokens (full: cdiv(len, block); sliding: cdiv(min(window−1+{fmt_int(in_flight)}, len), block)+1)",
+                value=request_blocks,
+                unit="blocks",
             )
         )
         terms.append(
             Term(
-                name="cudagraph",
-                formula=worst.overheads.cudagraph.formula,
-                value=worst.overheads.cudagraph.bytes,
-                unit="bytes",
+                name="max_concurrency",
+                formula="num_gpu_blocks × block_size / max_model_len"
+                if engine.v0
+                else "num_gpu_blocks / blocks_per_request",
+                value=round(concurrency, 4),
+                unit="requests",
             )
         )
         terms.append(
             Term(
-                name="kv_cache_memory",
-                formula="budget − weights − activation_peak − non_torch − cudagraph",
-                value=worst.available,
-                unit="bytes",
+                name="kv_cache_size_tokens",
+                formula="int(max_concurrency × max_model_len)"
+                if engine.tokens_from_concurrency and not engine.v0
+                else "num_gpu_blocks // groups × block_size",
+                value=kv_tokens,
+                unit="tokens",
             )
         )
-    else:
-        terms.append(
-            Term(
-                name="kv_cache_memory",
-                formula="kv_cache_memory_bytes as given (profiling skipped, utilisation ignored)",
-                value=worst.available,
-                unit="bytes",
-            )
-        )
-    terms.append(
-        Term(
-            name="num_gpu_blocks",
-            formula="kv_cache_memory // page_size // group_size"
-            + (" (min over pipeline stages)" if pp > 1 else ""),
-            value=blocks,
-            unit="blocks",
-        )
-    )
-    terms.append(
-        Term(
-            name="blocks_per_request",
-            formula=f"Σ groups blocks for {fmt_int(max_len)} tokens (full: cdiv(len, block); sliding: cdiv(min(window−1+{fmt_int(in_flight)}, len), block)+1)",
-            value=request_blocks,
-            unit="blocks",
-        )
-    )
-    terms.append(
-        Term(
-            name="max_concurrency",
-            formula="num_gpu_blocks × block_size / max_model_len"
-            if engine.v0
-            else "num_gpu_blocks / blocks_per_request",
-            value=round(concurrency, 4),
-            unit="requests",
-        )
-    )
-    terms.append(
-        Term(
-            name="kv_cache_size_tokens",
-            formula="int(max_concurrency × max_model_len)"
-            if engine.tokens_from_concurrency and not engine.v0
-            else "num_gpu_blocks // groups × block_size",
-            value=kv_tokens,
-            unit="tokens",
-        )
-    )
 
     projections = (
         projection_counts(request.prompt_tokens, request.output_tokens)
@@ -949,6 +976,9 @@ def plan(request: PlanRequest) -> CapacityPlan:
         ),
         projections=projections,
         exact=exact,
+        layout=layout,
+        in_flight_tokens=in_flight,
+        state_pages=state_pages,
     )
 
 

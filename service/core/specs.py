@@ -28,11 +28,15 @@ class LayerType(StrEnum):
 
     @property
     def is_attention(self) -> bool:
-        return self in (LayerType.FULL, LayerType.SLIDING, LayerType.CHUNKED, LayerType.MLA)
+        return self in _ATTENTION_KINDS
 
     @property
     def is_state(self) -> bool:
-        return self in (LayerType.MAMBA, LayerType.LINEAR)
+        return self in _STATE_KINDS
+
+
+_ATTENTION_KINDS = frozenset({LayerType.FULL, LayerType.SLIDING, LayerType.CHUNKED, LayerType.MLA})
+_STATE_KINDS = frozenset({LayerType.MAMBA, LayerType.LINEAR})
 
 
 def _require_positive(**values: int | None) -> None:
@@ -109,8 +113,14 @@ class ModelSpec:
     model_type: str | None = None
     architecture: str | None = None
     notes: tuple[str, ...] = field(default=())
+    # Derived once in __post_init__ (read in the planner's inner loops).
+    _kinds: tuple[LayerType, ...] = field(init=False, repr=False, compare=False, default=())
+    _uses_mla: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
+        resolved = self.layer_types or (LayerType.FULL,) * self.num_hidden_layers
+        object.__setattr__(self, "_kinds", resolved)
+        object.__setattr__(self, "_uses_mla", LayerType.MLA in resolved)
         _require_positive(
             num_hidden_layers=self.num_hidden_layers,
             hidden_size=self.hidden_size,
@@ -158,7 +168,7 @@ class ModelSpec:
     @property
     def resolved_layer_types(self) -> tuple[LayerType, ...]:
         """One entry per layer; an empty ``layer_types`` means every layer is full attention."""
-        return self.layer_types or (LayerType.FULL,) * self.num_hidden_layers
+        return self._kinds
 
     @property
     def weight_bytes_per_element(self) -> int:
@@ -170,7 +180,7 @@ class ModelSpec:
 
     @property
     def uses_mla(self) -> bool:
-        return LayerType.MLA in self.resolved_layer_types
+        return self._uses_mla
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

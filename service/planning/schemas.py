@@ -200,3 +200,93 @@ class PlanResponse(BaseModel):
     stages: list[StageOut]
     projections: ProjectionsOut | None = None
     calibration: CalibrationOut | None = None
+
+
+class WorkloadIn(Schema):
+    """Traffic to serve: a request rate or a number of concurrent users, token lengths, optional SLOs."""
+
+    requests_per_second: Annotated[float, Field(gt=0, le=1_000_000)] | None = None
+    concurrent_users: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    prompt_tokens: Annotated[int, Field(ge=1, le=10_000_000)] = Field(
+        default=1024, description="mean prompt length"
+    )
+    output_tokens: Annotated[int, Field(ge=1, le=10_000_000)] = Field(
+        default=256, description="mean output length"
+    )
+    prompt_tokens_p95: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    output_tokens_p95: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    ttft_p95_seconds: Annotated[float, Field(gt=0, le=3600)] | None = Field(
+        default=None, description="SLO: time to first token"
+    )
+    tpot_seconds: Annotated[float, Field(gt=0, le=60)] | None = Field(
+        default=None, description="SLO: time per output token"
+    )
+    headroom_ratio: Annotated[float, Field(ge=0, le=10)] = Field(
+        default=0.2, description="capacity above demand"
+    )
+
+
+class RecommendRequestBody(PlanSettings):
+    model: RefName | InlineModel
+    gpu: RefName | InlineGpu
+    workload: WorkloadIn
+    tensor_parallel_sizes: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+        default=None,
+        description="candidates (default: powers of two up to 8 that divide the attention heads)",
+    )
+
+
+class OptionOut(BaseModel):
+    gpu: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    kv_cache_dtype: str
+    quantization: str | None
+    feasible: bool
+    rejection: str | None
+    reasons: list[str]
+    max_model_len: int
+    max_num_seqs: int
+    kv_concurrency: int
+    slo_batch: int | None
+    default_max_num_seqs: int
+    tpot_seconds: float | None
+    ttft_seconds: float | None
+    tokens_per_second_per_replica: float | None
+    requests_per_second_per_replica: float | None
+    replicas: int
+    gpus: int
+    cost_per_hour_usd: float | None
+    cost_per_million_output_tokens_usd: float | None
+    num_gpu_blocks: int | None = None
+    assumptions: list[str] = Field(default_factory=list)
+
+
+class RecommendationOut(BaseModel):
+    model: Subject
+    gpu: Subject
+    recommended: OptionOut | None = Field(description="null when no option starts and meets the SLO")
+    options: list[OptionOut]
+
+
+class SweepRequestBody(PlanSettings):
+    model: RefName | InlineModel
+    workload: WorkloadIn
+    gpus: list[RefName] | None = Field(default=None, description="catalog GPUs to consider (default: all)")
+    tensor_parallel_sizes: list[Annotated[int, Field(ge=1, le=1024)]] | None = None
+    kv_cache_dtypes: list[Annotated[str, StringConstraints(max_length=32)]] = Field(
+        default_factory=lambda: ["auto", "fp8"]
+    )
+    quantizations: list[Annotated[str, StringConstraints(max_length=32)] | None] = Field(
+        default_factory=lambda: [None, "fp8", "awq"], description="null = the checkpoint's own precision"
+    )
+    limit: Annotated[int, Field(ge=1, le=10_000)] = 50
+
+
+class SweepOut(BaseModel):
+    model: Subject
+    evaluated: int
+    feasible: int
+    options: list[OptionOut] = Field(
+        description="ranked: cheapest feasible first, then rejected with reasons"
+    )

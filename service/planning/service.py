@@ -111,10 +111,24 @@ def build_request(
     )
 
 
+_INTERNAL_FIELDS = frozenset({"layout", "in_flight_tokens", "state_pages"})
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+        return [dataclasses.asdict(item) for item in value]
+    return value
+
+
 def to_response(result: CapacityPlan, *, model: Subject, gpu: Subject | None) -> PlanResponse:
-    data = dataclasses.asdict(result)
-    data.pop("exact")
-    return PlanResponse.model_validate({**data, "model": model, "gpu": gpu, "exact": result.exact})
+    data = {
+        f.name: _plain(getattr(result, f.name))
+        for f in dataclasses.fields(result)
+        if f.name not in _INTERNAL_FIELDS
+    }
+    return PlanResponse.model_validate({**data, "model": model, "gpu": gpu})
 
 
 def make_plan(snapshot: CatalogSnapshot, body: PlanRequestBody) -> PlanResponse:
