@@ -1,0 +1,282 @@
+"""The plain Kubernetes manifests in deploy/kubernetes (a kustomize base): they render with
+``kubectl kustomize``, every object is valid against the Kubernetes OpenAPI schemas shipped with
+``kubernetes-validate``, and the admission webhook and the server are configured safely.
+
+Custom resources have no schema in kubernetes-validate (cert-manager's Issuer/Certificate, the Prometheus
+Operator's ServiceMonitor); their required fields are checked by hand instead.
+
+kubectl is an external binary. Without it these tests skip, unless ``KVCAP_REQUIRE_TOOLS=1`` (CI), where a missing
+tool fails the run instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ROOT / "deploy" / "kubernetes"
+MONITORING = BASE / "components" / "monitoring"
+KUBERNETES_VERSION = "1.30"
+SELECTOR_LABELS = {"app.kubernetes.io/name": "kvcap", "app.kubernetes.io/instance": "kvcap"}
+
+Object = dict[str, Any]
+
+
+def require_tool(name: str) -> str:
+    """Path of an external tool; skip without it, or fail when KVCAP_REQUIRE_TOOLS=1."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (needed to render deploy/kubernetes)"
+        if os.environ.get("KVCAP_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"{message}; KVCAP_REQUIRE_TOOLS=1 makes a missing tool an error")
+        pytest.skip(message)
+    return path
+
+
+@cache
+def _kustomize(directory: Path) -> tuple[Object, ...]:
+    kubectl = require_tool("kubectl")
+    result = subprocess.run(
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+
+def rendered() -> tuple[Object, ...]:
+    return _kustomize(BASE)
+
+
+def one(kind: str, objects: tuple[Object, ...] | None = None) -> Object:
+    matches = [o for o in (objects or rendered()) if o["kind"] == kind]
+    assert len(matches) == 1, f"expected one {kind}, found {len(matches)}"
+    return matches[0]
+
+
+def _certificate(obj: Object) -> None:
+    spec = obj["spec"]
+    assert spec["secretName"]
+    assert spec["dnsNames"]
+    assert spec["issuerRef"]["name"]
+
+
+def _issuer(obj: Object) -> None:
+    spec = obj["spec"]
+    assert len({"selfSigned", "ca", "acme", "vault", "venafi"} & set(spec)) == 1
+
+
+def _service_monitor(obj: Object) -> None:
+    spec = obj["spec"]
+    assert spec["selector"]["matchLabels"]
+    assert spec["endpoints"]
+    for endpoint in spec["endpoints"]:
+        assert endpoint.get("port") or endpoint.get("targetPort")
+
+
+# Kinds kubernetes-validate has no schema for, with a hand check of the fields their CRDs require.
+CUSTOM_RESOURCES: dict[tuple[str, str], Callable[[Object], None]] = {
+    ("cert-manager.io/v1", "Certificate"): _certificate,
+    ("cert-manager.io/v1", "Issuer"): _issuer,
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): _service_monitor,
+}
+
+
+def validate(obj: Object) -> None:
+    key = (obj["apiVersion"], obj["kind"])
+    assert obj["metadata"]["name"]
+    if key in CUSTOM_RESOURCES:
+        CUSTOM_RESOURCES[key](obj)
+        return
+    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_base_renders_the_expected_objects():
+    kinds = sorted(o["kind"] for o in rendered())
+    assert kinds == sorted(
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Service",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Job",
+            "Issuer",
+            "Certificate",
+            "ValidatingWebhookConfiguration",
+        ]
+    )
+
+
+def test_every_rendered_object_is_valid():
+    for obj in rendered():
+        try:
+            validate(obj)
+        except kubernetes_validate.ValidationError as error:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {error.message} at {list(error.path)}")
+
+
+def test_monitoring_component_renders_a_valid_service_monitor(tmp_path: Path):
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(BASE, overlay)],
+                "components": [os.path.relpath(MONITORING, overlay)],
+            }
+        )
+    )
+    objects = _kustomize(overlay)
+    monitor = one("ServiceMonitor", objects)
+    validate(monitor)
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["honorLabels"] is True
+    assert monitor["spec"]["selector"]["matchLabels"] == SELECTOR_LABELS
+
+
+def test_namespaced_objects_live_in_the_kvcap_namespace():
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}
+    for obj in rendered():
+        if obj["kind"] not in cluster_scoped:
+            assert obj["metadata"]["namespace"] == "kvcap", obj["kind"]
+
+
+def test_webhook_is_v1_side_effect_free_and_fails_closed_quickly():
+    config = one("ValidatingWebhookConfiguration")
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kvcap/kvcap-webhook"
+    (webhook,) = config["webhooks"]
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["sideEffects"] == "None"
+    assert webhook["failurePolicy"] == "Fail"
+    assert webhook["timeoutSeconds"] == 5
+    assert webhook["clientConfig"]["service"] == {
+        "name": "kvcap",
+        "namespace": "kvcap",
+        "path": "/admission/validate",
+        "port": 443,
+    }
+
+
+def test_webhook_skips_its_own_namespace_and_opted_out_objects():
+    (webhook,) = one("ValidatingWebhookConfiguration")["webhooks"]
+    (expression,) = webhook["namespaceSelector"]["matchExpressions"]
+    assert expression["key"] == "kubernetes.io/metadata.name"
+    assert expression["operator"] == "NotIn"
+    assert "kvcap" in expression["values"]
+    assert webhook["objectSelector"]["matchExpressions"] == [
+        {"key": "kvcap.io/skip", "operator": "NotIn", "values": ["true"]}
+    ]
+
+
+def test_webhook_reviews_the_workload_kinds_that_run_vllm():
+    (webhook,) = one("ValidatingWebhookConfiguration")["webhooks"]
+    covered = set()
+    for rule in webhook["rules"]:
+        assert rule["operations"] == ["CREATE", "UPDATE"]
+        covered |= {
+            (g, v, r) for g in rule["apiGroups"] for v in rule["apiVersions"] for r in rule["resources"]
+        }
+    assert covered == {
+        ("apps", "v1", "deployments"),
+        ("apps", "v1", "statefulsets"),
+        ("", "v1", "pods"),
+        ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+        ("serving.kserve.io", "v1beta1", "inferenceservices"),
+    }
+
+
+def test_certificate_covers_the_webhook_service_and_lands_in_the_mounted_secret():
+    certificate = one("Certificate")
+    assert "kvcap.kvcap.svc" in certificate["spec"]["dnsNames"]
+    volumes = one("Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "webhook-tls", "secret": {"secretName": certificate["spec"]["secretName"]}} in volumes
+
+
+def test_selectors_use_only_name_and_instance():
+    deployment = one("Deployment")
+    assert deployment["spec"]["selector"]["matchLabels"] == SELECTOR_LABELS
+    assert one("Service")["spec"]["selector"] == SELECTOR_LABELS
+    assert one("PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == SELECTOR_LABELS
+
+
+def test_migration_pods_are_not_selected_by_the_service():
+    labels = one("Job")["spec"]["template"]["metadata"]["labels"]
+    assert not SELECTOR_LABELS.items() <= labels.items()
+
+
+def test_server_is_two_hardened_replicas_with_https_probes():
+    deployment = one("Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "kvcap"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["runAsNonRoot"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz?degraded_ok=true")):
+        get = container[probe]["httpGet"]
+        assert (get["scheme"], get["path"], get["port"]) == ("HTTPS", path, "https")
+    assert {e["configMapRef"]["name"] for e in container["envFrom"] if "configMapRef" in e} == {
+        "kvcap-config"
+    }
+    assert {e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e} == {"kvcap-secrets"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["KVCAP_TLS_CERT_FILE"].startswith("/etc/kvcap/tls/")
+
+
+def test_service_exposes_https_443_and_metrics():
+    ports = {p["name"]: p for p in one("Service")["spec"]["ports"]}
+    assert (ports["https"]["port"], ports["https"]["targetPort"]) == (443, "https")
+    assert ports["metrics"]["targetPort"] == "https"
+
+
+def test_service_account_may_only_read_pods():
+    (rule,) = one("ClusterRole")["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    binding = one("ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kvcap", "namespace": "kvcap"}]
+
+
+def test_migration_job_migrates_then_loads_the_catalog():
+    pod = one("Job")["spec"]["template"]["spec"]
+    assert [c["args"] for c in pod["initContainers"]] == [["migrate"]]
+    assert [c["args"] for c in pod["containers"]] == [["catalog", "load"]]
+    assert pod["restartPolicy"] == "Never"
+    for container in pod["initContainers"] + pod["containers"]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_config_map_sets_only_non_secret_settings():
+    data = one("ConfigMap")["data"]
+    assert all(key.startswith("KVCAP_") for key in data)
+    assert not {"KVCAP_DATABASE_URL", "KVCAP_API_TOKENS", "KVCAP_API_TOKEN_SHA256"} & set(data)
+
+
+def test_no_secret_is_committed_in_the_base():
+    assert not [o for o in rendered() if o["kind"] == "Secret"]
+    example = yaml.safe_load((BASE / "secret.example.yaml").read_text())
+    assert example["metadata"]["name"] == "kvcap-secrets"
+    assert set(example["stringData"]) == {"KVCAP_DATABASE_URL", "KVCAP_API_TOKENS"}
+    validate(example)
