@@ -18,6 +18,8 @@ from service.catalog.builtin import builtin_snapshot
 from service.catalog.router import router as catalog_router
 from service.catalog.snapshot import CatalogHolder
 from service.db.session import create_engine, create_sessionmaker
+from service.deployments.router import router as deployments_router
+from service.deployments.service import DeploymentsHolder
 from service.logs import configure_logging
 from service.planning.router import router as planning_router
 from service.settings import Settings, get_settings
@@ -101,4 +103,5 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     app.include_router(health_router)
     app.include_router(catalog_router)
     app.include_router(planning_router)
+    app.include_router(deployments_router)
     return app

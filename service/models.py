@@ -2,7 +2,8 @@
 
 from service.catalog.orm import GpuEntry, ModelEntry
 from service.db.base import Base
+from service.deployments.orm import DeploymentEntry
 
 metadata = Base.metadata
 
-__all__ = ["Base", "GpuEntry", "ModelEntry", "metadata"]
+__all__ = ["Base", "DeploymentEntry", "GpuEntry", "ModelEntry", "metadata"]

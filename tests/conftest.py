@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 from service.app import create_app
 from service.catalog.builtin import load_builtin
 from service.catalog.snapshot import CatalogHolder, read_snapshot
+from service.deployments.service import DeploymentsHolder
 from service.db import migrate
 from service.db.session import create_engine as create_async_engine
 from service.settings import Settings, normalize_database_url, sync_database_url
@@ -113,6 +114,8 @@ async def build_app(
     app.state.sessionmaker = sessionmaker
     async with sessionmaker() as session:
         app.state.catalog = CatalogHolder(await read_snapshot(session))
+    app.state.deployments = DeploymentsHolder()
+    await app.state.deployments.reload(sessionmaker)
     return app
 
 

@@ -140,6 +140,7 @@ def layer_spec_counts(
     tensor_parallel_size: int = 1,
     layers: range | None = None,
     mla_dtype_bytes_override: int | None = None,
+    model_dtype: str | None = None,
 ) -> SpecCounts:
     """Distinct ``LayerKvSpec`` of a rank's cached layers with how many layers use each.
 
@@ -151,7 +152,7 @@ def layer_spec_counts(
     span = range(model.num_hidden_layers) if layers is None else layers
     end = min(span.stop, model.num_hidden_layers - model.num_kv_shared_layers)
     kinds = Counter(model.resolved_layer_types[span.start : end])
-    element = kv_dtype.bytes_per_element(model.torch_dtype)
+    element = kv_dtype.bytes_per_element(model_dtype or model.torch_dtype)
     return [
         (
             _layer_spec(

@@ -242,7 +242,8 @@ def _is_hopper(gpu: GpuSpec | None) -> bool:
 def default_block_size(model: ModelSpec, engine: EngineProfile, gpu: GpuSpec | None, device: str) -> int:
     """16 on GPUs; 128 on the CPU backend (0.12+); MLA backends: FlashMLA 64 (Hopper), CUTLASS 128 (Blackwell)."""
     if device == "cpu":
-        if model.uses_mla and engine.version is not None and engine.version >= (0, 33):
+        # The CPU backend's reference MLA kernel takes 16-token blocks (recorded with vLLM 0.32 on CPU).
+        if model.uses_mla and engine.version is not None and engine.version >= (0, 32):
             return 16
         return 128 if engine.version is None or engine.version >= (0, 12) else 16
     if model.uses_mla and engine.overheads:
@@ -315,11 +316,22 @@ def _as_full(counts: SpecCounts, kinds: frozenset[LayerType]) -> SpecCounts:
 
 
 def _stage_specs(
-    model: ModelSpec, engine: EngineProfile, kv_dtype: KvCacheDtype, block_size: int, tp: int, layers: range
+    model: ModelSpec,
+    engine: EngineProfile,
+    kv_dtype: KvCacheDtype,
+    block_size: int,
+    tp: int,
+    layers: range,
+    dtype: str,
 ) -> tuple[SpecCounts, list[str]]:
     notes: list[str] = []
     counts = layer_spec_counts(
-        model, kv_dtype=kv_dtype, block_size=block_size, tensor_parallel_size=tp, layers=layers
+        model,
+        kv_dtype=kv_dtype,
+        block_size=block_size,
+        tensor_parallel_size=tp,
+        layers=layers,
+        model_dtype=dtype,
     )
     present = {spec.kind for spec, _ in counts}
     if engine.v0:
@@ -521,7 +533,9 @@ def plan(request: PlanRequest) -> CapacityPlan:
     budget = math.ceil(total * util_value) if engine.ceil_requested else total * util_value
     notes: list[str] = []
     for share in shares:
-        specs, stage_notes = _stage_specs(model, engine, kv_dtype, block_size, tp, range(*share.layers))
+        specs, stage_notes = _stage_specs(
+            model, engine, kv_dtype, block_size, tp, range(*share.layers), dtype
+        )
         if any(s.is_state for s, _ in specs) and any(not s.is_state for s, _ in specs):
             specs, raised_block, note = unify_page_sizes(specs)
             if raised_block != block_size:

@@ -122,14 +122,13 @@ def evaluate(request: PlanRequest, workload: Workload) -> Option:
         reasons.append(
             f"max_model_len {fmt_int(max_len)} covers p95 prompt + output ({fmt_int(context)} tokens)"
         )
+    scheme = resolve_quantization(request.quantization, native=model.quantization)
     base = {
         "gpu": gpu.name,
         "tensor_parallel_size": request.tensor_parallel_size,
         "pipeline_parallel_size": request.pipeline_parallel_size,
         "kv_cache_dtype": request.kv_cache_dtype or "auto",
-        "quantization": resolve_quantization(request.quantization, native=model.quantization).name
-        if resolve_quantization(request.quantization, native=model.quantization)
-        else None,
+        "quantization": scheme.name if scheme else None,
         "max_model_len": max_len,
     }
     try:

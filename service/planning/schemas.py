@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 Positive = Annotated[int, Field(ge=1, le=2**31 - 1)]
 ByteCount = Annotated[int, Field(ge=0, le=2**62)]
@@ -224,6 +224,16 @@ class WorkloadIn(Schema):
     headroom_ratio: Annotated[float, Field(ge=0, le=10)] = Field(
         default=0.2, description="capacity above demand"
     )
+
+    @model_validator(mode="after")
+    def _one_demand(self) -> WorkloadIn:
+        if (self.requests_per_second is None) == (self.concurrent_users is None):
+            raise ValueError("give exactly one of requests_per_second or concurrent_users")
+        for name in ("prompt_tokens", "output_tokens"):
+            p95 = getattr(self, f"{name}_p95")
+            if p95 is not None and p95 < getattr(self, name):
+                raise ValueError(f"{name}_p95 cannot be below the mean {name}")
+        return self
 
 
 class RecommendRequestBody(PlanSettings):

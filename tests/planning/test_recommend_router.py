@@ -13,7 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_recommend_returns_the_option_and_every_tp_tried(client: httpx.AsyncClient) -> None:
-    body = {"model": "llama-3.1-70b", "gpu": "h100-sxm-80gb", "workload": {"concurrent_users": 64, "prompt_tokens": 2000, "output_tokens": 500}}
+    body = {
+        "model": "llama-3.1-70b",
+        "gpu": "h100-sxm-80gb",
+        "workload": {"concurrent_users": 64, "prompt_tokens": 2000, "output_tokens": 500},
+    }
     response = await client.post("/v1/plans/recommend", json=body)
     assert response.status_code == 200, response.text
     result = response.json()
@@ -24,7 +28,16 @@ async def test_recommend_returns_the_option_and_every_tp_tried(client: httpx.Asy
 
 
 async def test_sweep_over_the_catalog_ranks_by_cost(client: httpx.AsyncClient) -> None:
-    body = {"model": "llama-3.1-8b", "workload": {"requests_per_second": 5, "prompt_tokens": 1000, "output_tokens": 200, "tpot_seconds": 0.05}, "limit": 1000}
+    body = {
+        "model": "llama-3.1-8b",
+        "workload": {
+            "requests_per_second": 5,
+            "prompt_tokens": 1000,
+            "output_tokens": 200,
+            "tpot_seconds": 0.05,
+        },
+        "limit": 1000,
+    }
     result = (await client.post("/v1/plans/sweep", json=body)).json()
     assert result["evaluated"] >= 20 * 2
     feasible = [o for o in result["options"] if o["feasible"]]
@@ -42,7 +55,14 @@ async def test_workload_needs_a_rate_or_users(client: httpx.AsyncClient) -> None
 
 def test_cli_recommend_and_sweep_exit_codes() -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "service.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
 
     ok = run("recommend", "-m", "llama-3.1-8b", "-g", "h100-sxm-80gb", "--rps", "2", "--json")
     assert ok.returncode == 0, ok.stderr
@@ -51,4 +71,4 @@ def test_cli_recommend_and_sweep_exit_codes() -> None:
     assert none.returncode == 1
     bad = run("sweep", "-m", "llama-3.1-8b")
     assert bad.returncode == 2
-    assert "requests_per_second or concurrent_users" in bad.stderr
+    assert "requests_per_second or concurrent_users" in " ".join(bad.stderr.split())

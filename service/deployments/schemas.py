@@ -1,0 +1,115 @@
+"""``/v1/deployments`` schemas: the fields of a ``/v1/plans`` request plus identity, replicas, traffic, live source."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from service.live.schemas import LiveSource
+from service.planning.schemas import (
+    InlineGpu,
+    InlineModel,
+    PlanResponse,
+    PlanSettings,
+    RecommendationOut,
+    RefName,
+    WorkloadIn,
+)
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def _namespace(value: str) -> str:
+    if not _DNS_LABEL.match(value):
+        raise ValueError("must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 characters)")
+    return value
+
+
+def _name(value: str) -> str:
+    if not _DNS_SUBDOMAIN.match(value):
+        raise ValueError("must be a DNS-1123 subdomain (lowercase letters, digits, '-', '.')")
+    return value
+
+
+Namespace = Annotated[str, StringConstraints(min_length=1, max_length=63), AfterValidator(_namespace)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=253), AfterValidator(_name)]
+
+
+class DeploymentFields(PlanSettings):
+    model: RefName | InlineModel
+    gpu: RefName | InlineGpu | None = None
+    replicas: Annotated[int, Field(ge=0, le=100_000)] = 1
+    workload: WorkloadIn | None = None
+    live: LiveSource | None = Field(default=None, description="where live vLLM metrics come from")
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            if len(key) > 253 or not _LABEL_KEY.match(key):
+                raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
+            if len(label) > 63 or not _LABEL_VALUE.match(label):
+                raise ValueError(f"label value {label!r} (key {key!r}) is not a valid Kubernetes label value")
+        return value
+
+
+class DeploymentCreate(DeploymentFields):
+    namespace: Namespace
+    name: Name
+
+
+class DeploymentUpdate(BaseModel):
+    """Any subset of the fields; ``null`` resets an optional field to its default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: RefName | InlineModel | None = None
+    gpu: RefName | InlineGpu | None = None
+    replicas: Annotated[int, Field(ge=0, le=100_000)] | None = None
+    workload: WorkloadIn | None = None
+    live: LiveSource | None = None
+    labels: dict[str, str] | None = None
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=1024)] | None = None
+    pipeline_parallel_size: Annotated[int, Field(ge=1, le=1024)] | None = None
+    max_model_len: Annotated[int, Field(ge=1, le=2**31 - 1)] | Literal["auto"] | None = None
+    kv_cache_dtype: Annotated[str, StringConstraints(max_length=32)] | None = None
+    quantization: Annotated[str, StringConstraints(max_length=32)] | None = None
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"] | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    kv_cache_memory_bytes: Annotated[int, Field(ge=0, le=2**62)] | None = None
+    num_gpu_blocks_override: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
+    block_size: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
+    max_num_seqs: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
+    max_num_batched_tokens: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
+    enforce_eager: bool | None = None
+    async_scheduling: bool | None = None
+    device: Literal["cuda", "rocm", "cpu"] | None = None
+    engine: Annotated[str, StringConstraints(max_length=32)] | None = None
+
+
+class DeploymentRead(DeploymentCreate):
+    model_config = ConfigDict(extra="ignore")
+
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeploymentPlan(BaseModel):
+    deployment: DeploymentRead
+    plan: PlanResponse
+    recommendation: RecommendationOut | None = Field(description="present when the deployment has a workload")
+
+
+SETTINGS_FIELDS: tuple[str, ...] = tuple(PlanSettings.model_fields)
+
+
+def settings_of(data: dict[str, Any]) -> dict[str, Any]:
+    return {key: data[key] for key in SETTINGS_FIELDS if key in data}

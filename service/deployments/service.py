@@ -1,0 +1,234 @@
+"""Deployment registry rules: validation against the catalog and the scrape policy, ETags, plans, autoscaling.
+
+A deployment is accepted only when its model and GPU resolve in the catalog (or are given inline), its vLLM
+settings are ones the planner understands, and every URL in its ``live`` source passes the scrape guard; a
+deployment that would *not start* is still accepted (its plan says so) — registering is not deploying.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.api.etag import check_if_match
+from service.api.pagination import Page, PageParams
+from service.catalog.snapshot import CatalogSnapshot
+from service.core.errors import InvalidSpec
+from service.core.planner import plan
+from service.db.session import after_commit
+from service.deployments.orm import DeploymentEntry
+from service.deployments.repository import DeploymentRepository
+from service.deployments.schemas import (
+    DeploymentCreate,
+    DeploymentPlan,
+    DeploymentRead,
+    DeploymentUpdate,
+    settings_of,
+)
+from service.errors import Conflict, NotFound, Unprocessable
+from service.live.guard import TargetGuard, TargetRefused
+from service.live.schemas import parse_live_source, source_urls
+from service.planning.recommendations import make_recommendation
+from service.planning.schemas import PlanRequestBody, RecommendRequestBody
+from service.planning.service import build_request, make_plan, resolve_gpu_ref, resolve_model_ref
+
+logger = logging.getLogger("kvcap.deployments")
+
+_COLUMNS = ("model", "gpu", "replicas", "workload", "live", "labels")
+
+
+def to_read(entry: DeploymentEntry) -> DeploymentRead:
+    data: dict[str, Any] = {
+        "namespace": entry.namespace,
+        "name": entry.name,
+        **(entry.settings or {}),
+        **{key: getattr(entry, key) for key in _COLUMNS},
+        "version": entry.version,
+        "created_at": entry.created_at,
+        "updated_at": entry.updated_at,
+    }
+    return DeploymentRead.model_validate(data)
+
+
+def to_columns(data: DeploymentCreate) -> dict[str, Any]:
+    dumped = data.model_dump(mode="json", exclude_none=False)
+    columns = {key: dumped[key] for key in _COLUMNS}
+    columns["settings"] = {key: value for key, value in settings_of(dumped).items() if value is not None}
+    return columns
+
+
+def validate_deployment(data: DeploymentCreate, catalog: CatalogSnapshot, guard: TargetGuard) -> None:
+    """Check that kvcap can plan for and observe this deployment (see module docstring); 422 names the field."""
+    model = resolve_model_ref(catalog, data.model)
+    gpu, _ = resolve_gpu_ref(catalog, data.gpu)
+    try:
+        plan(
+            build_request(
+                model.spec,
+                gpu,
+                data,
+                implied_quantization=model.implied_quantization,
+                suggest=False,
+                detail=False,
+            )
+        )
+    except InvalidSpec as exc:
+        raise Unprocessable.for_field(exc.field, exc.message) from None
+    if data.live is not None:
+        for index, url in enumerate(source_urls(data.live)):
+            try:
+                guard.check(url)
+            except TargetRefused as exc:
+                kind = "scrape_urls" if "scrape_urls" in data.live.model_dump() else "prometheus.url"
+                field = f"live.scrape_urls.{index}" if kind == "scrape_urls" else "live.prometheus.url"
+                raise Unprocessable.for_field(field, f"kvcap may not scrape {url}: {exc}") from None
+
+
+def plan_body(deployment: DeploymentRead) -> PlanRequestBody:
+    fields = {
+        key: getattr(deployment, key) for key in PlanRequestBody.model_fields if hasattr(deployment, key)
+    }
+    return PlanRequestBody.model_validate(fields)
+
+
+def deployment_plan(catalog: CatalogSnapshot, deployment: DeploymentRead) -> DeploymentPlan:
+    result = make_plan(catalog, plan_body(deployment))
+    recommendation = None
+    if deployment.workload is not None and deployment.gpu is not None:
+        body = {
+            key: getattr(deployment, key)
+            for key in RecommendRequestBody.model_fields
+            if hasattr(deployment, key)
+        }
+        body["tensor_parallel_sizes"] = None
+        recommendation = make_recommendation(catalog, RecommendRequestBody.model_validate(body))
+    return DeploymentPlan(deployment=deployment, plan=result, recommendation=recommendation)
+
+
+class DeploymentsHolder:
+    """In-memory copy of the registry for the live-metrics loop and the exporter (refreshed like the catalog)."""
+
+    def __init__(self, deployments: Sequence[DeploymentRead] = ()) -> None:
+        self.deployments: tuple[DeploymentRead, ...] = tuple(deployments)
+
+    def by_key(self) -> Mapping[tuple[str, str], DeploymentRead]:
+        return {(d.namespace, d.name): d for d in self.deployments}
+
+    async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+        async with sessionmaker() as session:
+            rows = await DeploymentRepository(session).all()
+        readable = []
+        for row in rows:
+            try:
+                readable.append(to_read(row))
+            except ValidationError as exc:  # a row written by a newer kvcap must not stop the others
+                logger.error("deployment %s/%s skipped: %s", row.namespace, row.name, exc.errors()[:1])
+        self.deployments = tuple(readable)
+
+
+class DeploymentService:
+    def __init__(
+        self,
+        session: AsyncSession,
+        *,
+        catalog: CatalogSnapshot,
+        guard: TargetGuard,
+        holder: DeploymentsHolder | None = None,
+        sessionmaker: async_sessionmaker[AsyncSession] | None = None,
+    ) -> None:
+        self.session = session
+        self.repo = DeploymentRepository(session)
+        self.catalog = catalog
+        self.guard = guard
+        self.holder = holder
+        self.sessionmaker = sessionmaker
+
+    def _refresh_after_commit(self) -> None:
+        holder, maker = self.holder, self.sessionmaker
+        if holder is None or maker is None:
+            return
+
+        async def _reload() -> None:
+            await holder.reload(maker)
+
+        after_commit(self.session, _reload)
+
+    async def list(
+        self, *, page: PageParams, namespace: str | None, labels: Mapping[str, str]
+    ) -> Page[DeploymentRead]:
+        statement = self.repo.filtered(namespace=namespace)
+        if not labels:
+            rows, total = await self.repo.page(statement, limit=page.limit, offset=page.offset)
+            return Page(items=[to_read(r) for r in rows], total=total, limit=page.limit, offset=page.offset)
+        # Label selectors are evaluated here: JSON containment differs by database, and registries are small.
+        matching = [
+            r
+            for r in await self.repo.all(statement)
+            if all((r.labels or {}).get(k) == v for k, v in labels.items())
+        ]
+        items = [to_read(r) for r in matching[page.offset : page.offset + page.limit]]
+        return Page(items=items, total=len(matching), limit=page.limit, offset=page.offset)
+
+    async def get(self, namespace: str, name: str) -> DeploymentEntry:
+        entry = await self.repo.get(namespace, name)
+        if entry is None:
+            raise NotFound(f"deployment {namespace}/{name} is not registered")
+        return entry
+
+    async def create(self, data: DeploymentCreate) -> DeploymentEntry:
+        validate_deployment(data, self.catalog, self.guard)
+        if await self.repo.get(data.namespace, data.name) is not None:
+            raise Conflict(f"deployment {data.namespace}/{data.name} already exists; PATCH it instead")
+        entry = await self.repo.add(
+            DeploymentEntry(namespace=data.namespace, name=data.name, **to_columns(data))
+        )
+        self._refresh_after_commit()
+        return entry
+
+    async def update(
+        self, namespace: str, name: str, patch: DeploymentUpdate, *, if_match: str | None
+    ) -> DeploymentEntry:
+        entry = await self.get(namespace, name)
+        check_if_match(if_match, entry.etag)
+        current = to_read(entry).model_dump(mode="json", exclude={"version", "created_at", "updated_at"})
+        changes = patch.model_dump(mode="json", exclude_unset=True)
+        try:
+            candidate = DeploymentCreate.model_validate(current | changes)
+        except ValidationError as exc:
+            raise Unprocessable(
+                f"the change would make the deployment invalid: {exc.errors()[0]['msg']}"
+            ) from None
+        validate_deployment(candidate, self.catalog, self.guard)
+        await self.repo.update(entry, to_columns(candidate))
+        self._refresh_after_commit()
+        return entry
+
+    async def delete(self, namespace: str, name: str, *, if_match: str | None) -> None:
+        entry = await self.get(namespace, name)
+        check_if_match(if_match, entry.etag)
+        await self.repo.delete(entry)
+        self._refresh_after_commit()
+
+
+def parse_label_selector(selector: str | None) -> dict[str, str]:
+    """``key=value,key2=value2`` (equality only) → dict; anything else is a 422."""
+    if not selector:
+        return {}
+    labels: dict[str, str] = {}
+    for part in selector.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise Unprocessable.for_field(
+                "label", f"expected key=value pairs separated by commas, got {part!r}", location="query"
+            )
+        labels[key.strip()] = value.strip().removeprefix("=")
+    return labels
+
+
+def live_source_of(deployment: DeploymentRead) -> Any:
+    """The deployment's live source as the live package's model (already validated on the way in)."""
+    return parse_live_source(deployment.live.model_dump()) if deployment.live is not None else None

@@ -1,0 +1,630 @@
+"""Record what a real vLLM (CPU build) allocates for a set of shrunk architectures.
+
+For each case this script writes a weightless model folder, starts vLLM's API
+server with ``--load-format dummy``, reads the start-up log and the
+``vllm:cache_config_info`` labels of ``/metrics``, stops the server, and writes
+``tests/data/vllm_recorded/<case_id>.json``.
+
+Usage (from the repository root)::
+
+    python3 tests/e2e/record_vllm_cases.py                 # every case
+    python3 tests/e2e/record_vllm_cases.py --only llama-gqa,mistral-sliding
+    python3 tests/e2e/record_vllm_cases.py --list
+
+Cases run one after another; each server is stopped (its process group killed)
+before the next starts.  A case that fails to start is reported and skipped;
+its log stays in the work folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.e2e import vllm_harness as harness
+
+VLLM_VERSION = "0.32.0"
+DEVICE = "cpu"
+GIB = 2**30
+OUT_DIR = harness.REPO_ROOT / "tests" / "data" / "vllm_recorded"
+
+# Explicit scheduler limits for cases whose capacity depends on them (sliding
+# window and hybrid models); they equal the CPU defaults of the API server.
+SCHED_ARGS = ("--max-num-batched-tokens", "2048", "--max-num-seqs", "128")
+
+
+@dataclass
+class Case:
+    """One recorded start-up."""
+
+    case_id: str
+    description: str
+    hf_config: dict[str, Any]
+    max_model_len: int
+    kv_cache_space_gib: int | None = 1
+    kv_cache_memory_bytes: int | None = None
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf_config["vocab_size"])
+
+    @property
+    def budget_bytes(self) -> int:
+        if self.kv_cache_space_gib is not None:
+            return int(self.kv_cache_space_gib) * GIB
+        assert self.kv_cache_memory_bytes is not None
+        return int(self.kv_cache_memory_bytes)
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def llama(
+    *,
+    layers: int = 4,
+    heads: int = 8,
+    kv_heads: int = 2,
+    head_dim: int = 32,
+    hidden: int = 256,
+    dtype: str = "bfloat16",
+    vocab: int = 1024,
+) -> dict[str, Any]:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": dtype,
+    }
+
+
+def falcon_mqa() -> dict[str, Any]:
+    return {
+        "architectures": ["FalconForCausalLM"],
+        "model_type": "falcon",
+        "hidden_size": 256,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 4,
+        "multi_query": True,
+        "new_decoder_architecture": False,
+        "parallel_attn": True,
+        "bias": False,
+        "alibi": False,
+        "layer_norm_epsilon": 1e-5,
+        "max_position_embeddings": 8192,
+        "rope_theta": 10000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def mistral_sliding(window: int = 256) -> dict[str, Any]:
+    cfg = llama(layers=4, heads=8, kv_heads=2, head_dim=32, hidden=256)
+    cfg.update(
+        {
+            "architectures": ["MistralForCausalLM"],
+            "model_type": "mistral",
+            "sliding_window": window,
+            "max_position_embeddings": 8192,
+        }
+    )
+    return cfg
+
+
+def gemma3_text(layers: int, window: int = 512) -> dict[str, Any]:
+    return {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 32768,
+        "query_pre_attn_scalar": 32,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": None,
+        "sliding_window": window,
+        "sliding_window_pattern": 6,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def gemma2(layers: int, window: int = 512) -> dict[str, Any]:
+    return {
+        "architectures": ["Gemma2ForCausalLM"],
+        "model_type": "gemma2",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_act": "gelu_pytorch_tanh",
+        "max_position_embeddings": 8192,
+        "query_pre_attn_scalar": 32,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "sliding_window": window,
+        "final_logit_softcapping": 30.0,
+        "attn_logit_softcapping": 50.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def deepseek_v2_mla(kv_lora_rank: int = 512, rope_dim: int = 64) -> dict[str, Any]:
+    return {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "model_type": "deepseek_v2",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "q_lora_rank": None,
+        "kv_lora_rank": kv_lora_rank,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": rope_dim,
+        "v_head_dim": 32,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 2,
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "topk_method": "greedy",
+        "scoring_func": "softmax",
+        "norm_topk_prob": False,
+        "routed_scaling_factor": 1.0,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def gpt_oss(layers: int = 4) -> dict[str, Any]:
+    return {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "hidden_size": 256,
+        "intermediate_size": 256,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "experts_per_token": 2,
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        "hidden_act": "silu",
+        "swiglu_limit": 7.0,
+        "max_position_embeddings": 8192,
+        "initial_context_length": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 150000.0,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 2.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "original_max_position_embeddings": 4096,
+            "truncate": False,
+        },
+        "attention_bias": True,
+        "router_aux_loss_coef": 0.9,
+        "output_router_logits": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def qwen3_next(layers: int = 4) -> dict[str, Any]:
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "full_attention_interval": 4,
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 32,
+        "linear_value_head_dim": 32,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "partial_rotary_factor": 0.25,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 128,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+CASES: list[Case] = [
+    Case(
+        "llama-mha",
+        "Llama, 4 layers, 4 heads = 4 KV heads (MHA), head_dim 32, bf16: 2,048 B/token.",
+        llama(layers=4, heads=4, kv_heads=4, head_dim=32, hidden=128),
+        max_model_len=2048,
+    ),
+    Case(
+        "llama-gqa",
+        "Llama, 4 layers, 8 heads, 2 KV heads (GQA), head_dim 32, bf16: 1,024 B/token.",
+        llama(),
+        max_model_len=2048,
+    ),
+    Case(
+        "falcon-mqa",
+        "Falcon (old decoder architecture) with multi_query=true: 1 KV head, head_dim 32, 4 layers, bf16.",
+        falcon_mqa(),
+        max_model_len=2048,
+    ),
+    Case(
+        "llama-mqa",
+        "Llama with num_key_value_heads=1 (MQA), 8 heads, head_dim 32, 4 layers, bf16.",
+        llama(kv_heads=1),
+        max_model_len=2048,
+    ),
+    Case(
+        "llama-gqa-fp8kv",
+        "Case llama-gqa with --kv-cache-dtype fp8 (1 byte per element); the CPU backend needs AVX-512 or AMX.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--kv-cache-dtype", "fp8"),
+    ),
+    Case(
+        "llama-gqa-fp32",
+        "Case llama-gqa with torch_dtype float32 and dtype auto: vLLM downcasts float32 to bfloat16.",
+        llama(dtype="float32"),
+        max_model_len=2048,
+    ),
+    Case(
+        "llama-gqa-dtype-fp32",
+        "Case llama-gqa with torch_dtype float32 and --dtype float32 (4 bytes per element).",
+        llama(dtype="float32"),
+        max_model_len=2048,
+        extra_args=("--dtype", "float32"),
+    ),
+    Case(
+        "mistral-sliding",
+        "Mistral, 4 layers, all sliding_window=256, max_model_len 4096 > window.",
+        mistral_sliding(256),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma3-hybrid-6l",
+        "Gemma 3 text, 6 layers, sliding_window_pattern 6 (5 sliding 512 : 1 full), 1 KV head, head_dim 32.",
+        gemma3_text(6),
+        max_model_len=8192,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma3-hybrid-12l",
+        "Gemma 3 text, 12 layers (10 sliding 512 : 2 full), 1 KV head, head_dim 32.",
+        gemma3_text(12),
+        max_model_len=8192,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma3-hybrid-15l-padded",
+        "Gemma 3 text, 15 layers (13 sliding : 2 full): sliding layers padded to a multiple of 2.",
+        gemma3_text(15),
+        max_model_len=8192,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma2-hybrid-4l",
+        "Gemma 2, 4 layers alternating sliding 512 / full, 2 KV heads, head_dim 32.",
+        gemma2(4),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma2-hybrid-5l-padded",
+        "Gemma 2, 5 layers (3 sliding : 2 full): sliding layers padded to a multiple of 2.",
+        gemma2(5),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "deepseek-v2-mla",
+        "DeepSeek-V2 MLA, 2 dense layers, kv_lora_rank 512 + qk_rope_head_dim 64 = 576-wide latent, bf16.",
+        deepseek_v2_mla(),
+        max_model_len=2048,
+    ),
+    Case(
+        "gpt-oss-hybrid",
+        "gpt-oss, 4 layers alternating sliding 128 / full, 2 KV heads, head_dim 32.",
+        gpt_oss(4),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "qwen3-next-hybrid",
+        "Qwen3-Next, 4 layers (3 gated-delta-net linear attention : 1 full attention).",
+        qwen3_next(4),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "llama-gqa-block32",
+        "Case llama-gqa with --block-size 32 (the CPU attention backend takes multiples of 32 only).",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--block-size", "32"),
+    ),
+    Case(
+        "llama-gqa-kvbytes",
+        "Case llama-gqa with --kv-cache-memory-bytes 1073741824 instead of VLLM_CPU_KVCACHE_SPACE.",
+        llama(),
+        max_model_len=2048,
+        kv_cache_space_gib=None,
+        kv_cache_memory_bytes=GIB,
+    ),
+    Case(
+        "llama-gqa-kvbytes-odd",
+        "Case llama-gqa with --kv-cache-memory-bytes 1000000007 (not a multiple of the 128 KiB block).",
+        llama(),
+        max_model_len=2048,
+        kv_cache_space_gib=None,
+        kv_cache_memory_bytes=1_000_000_007,
+    ),
+    Case(
+        "llama-gqa-tp2",
+        "Case llama-gqa with --tensor-parallel-size 2 (1 KV head per rank), one core per rank.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--tensor-parallel-size", "2"),
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+    ),
+    Case(
+        "llama-mqa-tp2",
+        "Case llama-mqa with --tensor-parallel-size 2: 1 KV head < 2 ranks, so the head is replicated.",
+        llama(kv_heads=1),
+        max_model_len=2048,
+        extra_args=("--tensor-parallel-size", "2"),
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+    ),
+]
+
+
+# --------------------------------------------------------------------------- recording
+
+
+def _float(value: str | None) -> float | None:
+    if value in (None, "None", ""):
+        return None
+    return float(value)
+
+
+def _int(value: str | None) -> int | None:
+    if value in (None, "None", ""):
+        return None
+    return int(float(value))
+
+
+def record_case(case: Case, workdir: Path, port: int, timeout_s: float) -> dict[str, Any]:
+    """Start vLLM for ``case`` and return the record to write."""
+    model_dir = harness.make_model_dir(workdir / case.case_id, case.hf_config, case.vocab_size)
+    extra = ("--enforce-eager", "--max-model-len", str(case.max_model_len), *case.extra_args)
+    server = harness.start_vllm(
+        model_dir,
+        port=port,
+        kv_cache_space_gib=case.kv_cache_space_gib,
+        kv_cache_memory_bytes=case.kv_cache_memory_bytes,
+        extra_args=extra,
+        env=case.env,
+        timeout_s=timeout_s,
+        log_path=workdir / f"{case.case_id}.log",
+    )
+    try:
+        info = server.cache_config_info()
+        # The one-line capacity message can lag /health by a moment.
+        deadline = time.monotonic() + 10
+        startup = server.startup_report()
+        while startup.kv_cache_size_tokens is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            startup = server.startup_report()
+    finally:
+        server.stop()
+
+    # Everything passed besides the interpreter, module, --model and --port.
+    cli = server.args[3:]
+    args: list[str] = []
+    skip = False
+    for item in cli:
+        if skip:
+            skip = False
+            continue
+        if item in ("--model", "--port"):
+            skip = True
+            continue
+        args.append(item)
+
+    env: dict[str, str] = {}
+    for key in ("VLLM_CPU_KVCACHE_SPACE", "HF_HUB_OFFLINE"):
+        if key in server.env:
+            env[key] = server.env[key]
+    env.update(case.env)
+
+    num_blocks = _int(info.get("num_gpu_blocks")) if info else startup.num_gpu_blocks
+    size_tokens = _int(info.get("kv_cache_size_tokens")) if info else None
+    if size_tokens is None:
+        size_tokens = startup.kv_cache_size_tokens
+    concurrency = _float(info.get("kv_cache_max_concurrency")) if info else None
+    if concurrency is None:
+        concurrency = startup.max_concurrency
+
+    if startup.kv_cache_size_tokens is not None and size_tokens != startup.kv_cache_size_tokens:
+        raise RuntimeError(
+            f"{case.case_id}: log says {startup.kv_cache_size_tokens} tokens, metrics say {size_tokens}"
+        )
+    reported_budget = _int(info.get("kv_cache_memory_bytes"))
+    if reported_budget is not None and reported_budget != case.budget_bytes:
+        raise RuntimeError(
+            f"{case.case_id}: expected a budget of {case.budget_bytes} B, vLLM reports {reported_budget}"
+        )
+
+    return {
+        "case_id": case.case_id,
+        "description": case.description,
+        "vllm_version": VLLM_VERSION,
+        "device": DEVICE,
+        "hf_config": json.loads((model_dir / "config.json").read_text()),
+        "args": args,
+        "env": env,
+        "kv_cache_memory_bytes": case.budget_bytes,
+        "max_model_len": case.max_model_len,
+        "reported": {
+            "num_gpu_blocks": num_blocks,
+            "block_size": _int(info.get("block_size")),
+            "kv_cache_size_tokens": size_tokens,
+            "max_concurrency": concurrency,
+            "cache_dtype": info.get("cache_dtype"),
+        },
+        "cache_config_info": dict(info),
+        "log_lines": startup.lines,
+    }
+
+
+def _root_cause_line(log: str) -> str:
+    """The first exception line of a failed start-up (the root cause), else the last line."""
+    pattern = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception): ")
+    for line in log.splitlines():
+        if " WARNING " not in line and pattern.search(line):
+            return line.strip()
+    return log.strip().splitlines()[-1] if log.strip() else "(empty log)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated case ids to run")
+    parser.add_argument("--list", action="store_true", help="list the case ids and exit")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="folder for <case_id>.json")
+    parser.add_argument("--workdir", type=Path, help="folder for model dirs and logs (default: a temp dir)")
+    parser.add_argument("--port", type=int, default=18231)
+    parser.add_argument("--timeout", type=float, default=420.0, help="start-up limit per case, seconds")
+    opts = parser.parse_args(argv)
+
+    if opts.list:
+        for case in CASES:
+            print(f"{case.case_id:28s} {case.description}")
+        return 0
+
+    selected = CASES
+    if opts.only:
+        wanted = [c.strip() for c in opts.only.split(",") if c.strip()]
+        known = {c.case_id for c in CASES}
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            parser.error(f"unknown case ids: {', '.join(unknown)}")
+        selected = [c for c in CASES if c.case_id in wanted]
+
+    workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="vllm-record-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    print(f"work folder: {workdir}", flush=True)
+
+    failures = 0
+    for case in selected:
+        started = time.monotonic()
+        print(f"[{case.case_id}] starting ...", flush=True)
+        try:
+            record = record_case(case, workdir, opts.port, opts.timeout)
+        except harness.VllmStartupError as exc:
+            failures += 1
+            print(f"[{case.case_id}] FAILED: {exc}: {_root_cause_line(exc.log)}", flush=True)
+            continue
+        except Exception as exc:
+            failures += 1
+            print(f"[{case.case_id}] FAILED: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        path = opts.out / f"{case.case_id}.json"
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        rep = record["reported"]
+        print(
+            f"[{case.case_id}] ok in {time.monotonic() - started:.0f} s: blocks={rep['num_gpu_blocks']} "
+            f"block_size={rep['block_size']} tokens={rep['kv_cache_size_tokens']} "
+            f"concurrency={rep['max_concurrency']} dtype={rep['cache_dtype']} -> {path}",
+            flush=True,
+        )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
