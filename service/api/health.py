@@ -33,11 +33,21 @@ async def healthz() -> dict[str, str]:
 )
 async def readyz(
     request: Request,
-    degraded_ok: Annotated[bool, Query(description="200 while serving from the in-memory catalog without a database")] = False,
+    degraded_ok: Annotated[
+        bool, Query(description="200 while serving from the in-memory catalog without a database")
+    ] = False,
 ) -> JSONResponse:
     engine = getattr(request.app.state, "engine", None)
     holder = getattr(request.app.state, "catalog", None)
-    catalog = {"source": holder.snapshot.source, "models": len(holder.snapshot.models), "gpus": len(holder.snapshot.gpus)} if holder else None
+    catalog = (
+        {
+            "source": holder.snapshot.source,
+            "models": len(holder.snapshot.models),
+            "gpus": len(holder.snapshot.gpus),
+        }
+        if holder
+        else None
+    )
     body: dict[str, Any] = {"status": "ready", "database": "ok", "catalog": catalog}
     database_ok = engine is not None
     if engine is not None:

@@ -13,26 +13,47 @@ from service.core.throughput import STEP_OVERHEAD_SECONDS, decode_step
 from service.core.units import GIB
 
 LLAMA_8B = ModelSpec(
-    num_hidden_layers=32, hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-    vocab_size=128_256, num_parameters=8_030_261_248, max_model_len=131_072, intermediate_size=14_336,
+    num_hidden_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=128_256,
+    num_parameters=8_030_261_248,
+    max_model_len=131_072,
+    intermediate_size=14_336,
 )
 H100 = GpuSpec(
-    name="h100", memory_bytes=int(79.22 * GIB), memory_bandwidth_bytes_per_second=3_350_000_000_000,
-    bf16_dense_flops_per_second=989_500_000_000_000, interconnect_bandwidth_bytes_per_second=900_000_000_000,
-    price_per_hour_usd=4.0, compute_capability="9.0",
+    name="h100",
+    memory_bytes=int(79.22 * GIB),
+    memory_bandwidth_bytes_per_second=3_350_000_000_000,
+    bf16_dense_flops_per_second=989_500_000_000_000,
+    interconnect_bandwidth_bytes_per_second=900_000_000_000,
+    price_per_hour_usd=4.0,
+    compute_capability="9.0",
 )
 
 
 def exact(**kw: object) -> PlanRequest:
     """A plan whose KV budget is given, so block counts are exact and hand-computable."""
-    base: dict[str, object] = {"model": LLAMA_8B, "gpu": H100, "engine": "vllm-0.33", "kv_cache_memory_bytes": 55 * GIB, "block_size": 16}
+    base: dict[str, object] = {
+        "model": LLAMA_8B,
+        "gpu": H100,
+        "engine": "vllm-0.33",
+        "kv_cache_memory_bytes": 55 * GIB,
+        "block_size": 16,
+    }
     return PlanRequest(**(base | kw))  # type: ignore[arg-type]
 
 
 def test_batch_one_decode_stays_under_the_bandwidth_limit() -> None:
     weights = 8_030_261_248 * 2  # bf16 (the catalog's count; the plan adds vocab padding)
-    step = decode_step(LLAMA_8B, H100, weights_bytes=weights, kv_bytes_per_token=131_072, batch=1, context_tokens=1)
-    limit = H100.memory_bandwidth_bytes_per_second / weights  # 208.6 tokens/s: one full read of the weights per token
+    step = decode_step(
+        LLAMA_8B, H100, weights_bytes=weights, kv_bytes_per_token=131_072, batch=1, context_tokens=1
+    )
+    limit = (
+        H100.memory_bandwidth_bytes_per_second / weights
+    )  # 208.6 tokens/s: one full read of the weights per token
     assert 1 / step.seconds < limit
     # by hand: 16.06 GB / (3.35 TB/s × 0.8) = 5.99 ms, + 1.5 ms fixed per step
     assert step.seconds == pytest.approx(weights / (3.35e12 * 0.8) + STEP_OVERHEAD_SECONDS, rel=1e-3)
@@ -42,7 +63,9 @@ def test_batch_one_decode_stays_under_the_bandwidth_limit() -> None:
 def test_replicas_for_concurrent_users_come_from_the_kv_limit_with_headroom() -> None:
     # 55 GiB / 2 MiB per block = 28,160 blocks; a 1,000 + 200 token request needs cdiv(1,200, 16) = 75 blocks
     # → 375 requests per replica; 1,000 users × 1.2 headroom / 375 = 3.2 → 4 replicas.
-    option = evaluate(exact(), Workload(concurrent_users=1000, prompt_tokens=1000, output_tokens=200, headroom_ratio=0.2))
+    option = evaluate(
+        exact(), Workload(concurrent_users=1000, prompt_tokens=1000, output_tokens=200, headroom_ratio=0.2)
+    )
     assert option.feasible
     assert option.kv_concurrency == 28_160 // 75 == 375
     assert option.max_num_seqs == 375
@@ -54,14 +77,21 @@ def test_replicas_for_concurrent_users_come_from_the_kv_limit_with_headroom() ->
 def test_replicas_for_a_request_rate_follow_littles_law() -> None:
     workload = Workload(requests_per_second=300, prompt_tokens=1000, output_tokens=200, headroom_ratio=0.25)
     option = evaluate(exact(), workload)
-    assert option.feasible and option.tpot_seconds and option.ttft_seconds and option.requests_per_second_per_replica
+    assert (
+        option.feasible
+        and option.tpot_seconds
+        and option.ttft_seconds
+        and option.requests_per_second_per_replica
+    )
     per_request = option.ttft_seconds + 200 * option.tpot_seconds  # W: time one request spends in the system
     assert option.requests_per_second_per_replica == pytest.approx(option.max_num_seqs / per_request)
     assert option.replicas == math.ceil(300 * 1.25 / option.requests_per_second_per_replica)
 
 
 def test_max_num_seqs_never_exceeds_vllms_default_unless_asked() -> None:
-    small = Workload(concurrent_users=10, prompt_tokens=100, output_tokens=50)  # 28,160 / cdiv(150, 16) = 2,816
+    small = Workload(
+        concurrent_users=10, prompt_tokens=100, output_tokens=50
+    )  # 28,160 / cdiv(150, 16) = 2,816
     default = evaluate(exact(), small)
     assert default.kv_concurrency == 28_160 // 10
     assert default.max_num_seqs == 1024 == default.default_max_num_seqs  # H100-class default
@@ -86,20 +116,41 @@ def test_the_tpot_slo_caps_the_batch() -> None:
 
 def test_smallest_tp_that_fits_is_recommended() -> None:
     big = ModelSpec(
-        num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
-        vocab_size=128_256, num_parameters=70_553_706_496, max_model_len=131_072, intermediate_size=28_672,
+        num_hidden_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=128_256,
+        num_parameters=70_553_706_496,
+        max_model_len=131_072,
+        intermediate_size=28_672,
     )
-    chosen, options = recommend(PlanRequest(model=big, gpu=H100), Workload(concurrent_users=8, prompt_tokens=1000, output_tokens=200))
-    assert options[0].tensor_parallel_size == 1 and options[0].rejection == "does not fit"  # 131 GiB of weights
+    chosen, options = recommend(
+        PlanRequest(model=big, gpu=H100), Workload(concurrent_users=8, prompt_tokens=1000, output_tokens=200)
+    )
+    assert (
+        options[0].tensor_parallel_size == 1 and options[0].rejection == "does not fit"
+    )  # 131 GiB of weights
     assert chosen is not None and chosen.tensor_parallel_size == 2
 
 
 def test_a_larger_tp_wins_only_with_fewer_gpus_in_all() -> None:
     big = ModelSpec(
-        num_hidden_layers=80, hidden_size=8192, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
-        vocab_size=128_256, num_parameters=70_553_706_496, max_model_len=131_072, intermediate_size=28_672,
+        num_hidden_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=128_256,
+        num_parameters=70_553_706_496,
+        max_model_len=131_072,
+        intermediate_size=28_672,
     )
-    chosen, options = recommend(PlanRequest(model=big, gpu=H100), Workload(concurrent_users=200, prompt_tokens=2000, output_tokens=500))
+    chosen, options = recommend(
+        PlanRequest(model=big, gpu=H100),
+        Workload(concurrent_users=200, prompt_tokens=2000, output_tokens=500),
+    )
     by_tp = {o.tensor_parallel_size: o for o in options if o.feasible}
     assert chosen is not None
     assert chosen.gpus == min(o.gpus for o in by_tp.values())
@@ -108,12 +159,36 @@ def test_a_larger_tp_wins_only_with_fewer_gpus_in_all() -> None:
 
 
 def test_sweep_ranks_feasible_options_by_cost_and_explains_rejections() -> None:
-    cheap = GpuSpec(name="cheap-24g", memory_bytes=24 * GIB, memory_bandwidth_bytes_per_second=10**12, bf16_dense_flops_per_second=10**14, price_per_hour_usd=0.5)
-    dear = GpuSpec(name="dear-80g", memory_bytes=80 * GIB, memory_bandwidth_bytes_per_second=3 * 10**12, bf16_dense_flops_per_second=10**15, price_per_hour_usd=4.0)
-    tiny = GpuSpec(name="tiny-8g", memory_bytes=8 * GIB, memory_bandwidth_bytes_per_second=10**12, bf16_dense_flops_per_second=10**14, price_per_hour_usd=0.1)
-    options = sweep(PlanRequest(model=LLAMA_8B), Workload(concurrent_users=20, prompt_tokens=1000, output_tokens=200), [dear, tiny, cheap], tensor_parallel_sizes=[1], quantizations=[None])
+    cheap = GpuSpec(
+        name="cheap-24g",
+        memory_bytes=24 * GIB,
+        memory_bandwidth_bytes_per_second=10**12,
+        bf16_dense_flops_per_second=10**14,
+        price_per_hour_usd=0.5,
+    )
+    dear = GpuSpec(
+        name="dear-80g",
+        memory_bytes=80 * GIB,
+        memory_bandwidth_bytes_per_second=3 * 10**12,
+        bf16_dense_flops_per_second=10**15,
+        price_per_hour_usd=4.0,
+    )
+    tiny = GpuSpec(
+        name="tiny-8g",
+        memory_bytes=8 * GIB,
+        memory_bandwidth_bytes_per_second=10**12,
+        bf16_dense_flops_per_second=10**14,
+        price_per_hour_usd=0.1,
+    )
+    options = sweep(
+        PlanRequest(model=LLAMA_8B),
+        Workload(concurrent_users=20, prompt_tokens=1000, output_tokens=200),
+        [dear, tiny, cheap],
+        tensor_parallel_sizes=[1],
+        quantizations=[None],
+    )
     feasible = [o for o in options if o.feasible]
-    assert [o.gpu for o in feasible][0] == "cheap-24g"
+    assert next(o.gpu for o in feasible) == "cheap-24g"
     assert options == rank(options)
     rejected = [o for o in options if o.gpu == "tiny-8g" and o.quantization is None]
     assert rejected and all(not o.feasible and "weights need" in o.reasons[0] for o in rejected)
