@@ -22,6 +22,7 @@ constant (graph nodes scale with layers) and ``first`` as the largest capture's 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.engines import EngineProfile
@@ -82,13 +83,14 @@ class Overheads:
 ZERO = Estimate(bytes=0, low=0, high=0, formula="not charged")
 
 
+@lru_cache(maxsize=256)
 def cudagraph_capture_sizes(
     *,
     max_num_seqs: int,
     max_num_batched_tokens: int,
     version: tuple[int, int] | None,
     blackwell: bool = False,
-) -> list[int]:
+) -> tuple[int, ...]:
     """vLLM's default capture sizes (``VllmConfig._set_cudagraph_sizes``).
 
     0.10/0.11: ``[1, 2, 4] + 8·k`` up to ``min(2·max_num_seqs, 512)`` (67 sizes at 512); 0.12+: step 8 to 248
@@ -100,7 +102,7 @@ def cudagraph_capture_sizes(
         sizes = [1, 2, 4, *range(8, largest + 1, 8)]
     else:
         sizes = [1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)]
-    return [s for s in sizes if s <= largest]
+    return tuple(s for s in sizes if s <= largest)
 
 
 def estimate_overheads(

@@ -662,10 +662,11 @@ def plan(request: PlanRequest) -> CapacityPlan:
         return lo
 
     search_limit = derived_len or max_len
-    needs_search = (
-        request.detail or request.max_model_len_auto or not (blocks > 0 and max_len and fits_length(max_len))
-    )
-    max_len_fits = largest_fitting(search_limit) if needs_search else max_len
+    # The largest length that fits is a search; verdict-only plans (sweeps) skip it unless it decides the length.
+    if request.detail or request.max_model_len_auto:
+        max_len_fits = largest_fitting(search_limit)
+    else:
+        max_len_fits = max_len if blocks > 0 and max_len and fits_length(max_len) else 0
     if request.max_model_len_auto:
         if max_len_fits == 0:
             messages.append(

@@ -26,7 +26,7 @@ from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest, batch_defaults, plan
 from service.core.specs import GpuSpec
-from service.core.throughput import decode_step_seconds, largest_batch_within, prefill_seconds
+from service.core.throughput import decode_step_seconds, max_batch_within_tpot, prefill_seconds
 from service.core.units import fmt_int
 from service.core.weights import resolve_quantization, weight_shares
 
@@ -199,7 +199,18 @@ def evaluate(request: PlanRequest, workload: Workload) -> Option:
     slo_batch: int | None = None
     upper = min(kv_limit, cap)
     if workload.tpot_seconds is not None:
-        slo_batch = largest_batch_within(workload.tpot_seconds, step, upper=max(kv_limit, cap))
+        slo_batch = max_batch_within_tpot(
+            model,
+            gpu,
+            tpot_seconds=workload.tpot_seconds,
+            upper=max(kv_limit, cap),
+            weights_bytes=result.memory.weights_bytes,
+            kv_bytes_per_token=kv_per_token,
+            context_tokens=workload.mean_decode_context,
+            tensor_parallel_size=request.tensor_parallel_size,
+            dtype_bytes=dtype_bytes,
+            fp8_compute=fp8,
+        )
         if slo_batch == 0:
             one = step(1)
             return _rejected(

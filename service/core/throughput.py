@@ -258,3 +258,60 @@ def littles_law_concurrency(requests_per_second: float, latency_seconds: float) 
 
 def ceil_div_float(value: float, per_unit: float) -> int:
     return math.ceil(value / per_unit - 1e-9) if per_unit > 0 else 0
+
+
+def max_batch_within_tpot(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    tpot_seconds: float,
+    upper: int,
+    weights_bytes: int,
+    kv_bytes_per_token: int,
+    context_tokens: int,
+    tensor_parallel_size: int = 1,
+    dtype_bytes: int = 2,
+    fp8_compute: bool = False,
+) -> int:
+    """Largest batch in [0, upper] whose decode step fits ``tpot_seconds``.
+
+    For dense models every term of the step is linear in the batch B — memory ``m0 + m1·B``, compute ``c1·B``,
+    all-reduce ``a0 + a1·B`` — so ``max(m0 + m1·B, c1·B) + a0 + a1·B + overhead ≤ T`` is solved directly. MoE
+    reads more experts as the batch grows (not linear), so it falls back to a binary search.
+    """
+
+    def step(batch: int) -> float:
+        return decode_step_seconds(
+            model,
+            gpu,
+            weights_bytes=weights_bytes,
+            kv_bytes_per_token=kv_bytes_per_token,
+            batch=batch,
+            context_tokens=context_tokens,
+            tensor_parallel_size=tensor_parallel_size,
+            dtype_bytes=dtype_bytes,
+            fp8_compute=fp8_compute,
+        )
+
+    bandwidth = gpu.memory_bandwidth_bytes_per_second
+    if model.is_moe or not bandwidth:
+        return largest_batch_within(tpot_seconds, step, upper)
+    memory_rate = bandwidth * DECODE_BANDWIDTH_EFFICIENCY
+    m0 = weights_bytes / memory_rate
+    m1 = context_tokens * kv_bytes_per_token / memory_rate
+    peak = (gpu.fp8_dense_flops_per_second if fp8_compute else None) or gpu.bf16_dense_flops_per_second
+    c1 = (
+        2.0 * _active_parameters(model) / tensor_parallel_size / (peak * PREFILL_COMPUTE_EFFICIENCY)
+        if peak
+        else 0.0
+    )
+    a0 = _allreduce_seconds(model, gpu, tp=tensor_parallel_size, tokens=0, dtype_bytes=dtype_bytes)
+    a1 = _allreduce_seconds(model, gpu, tp=tensor_parallel_size, tokens=1, dtype_bytes=dtype_bytes) - a0
+    budget = tpot_seconds - STEP_OVERHEAD_SECONDS - a0
+    bounds = [(budget - m0) / (m1 + a1) if m1 + a1 > 0 else math.inf]
+    if c1 + a1 > 0:
+        bounds.append(budget / (c1 + a1))
+    batch = min(upper, math.floor(min(bounds))) if min(bounds) != math.inf else upper
+    while batch > 0 and step(batch) > tpot_seconds:  # guard against rounding at the boundary
+        batch -= 1
+    return max(0, batch)

@@ -1,0 +1,70 @@
+"""Core benchmarks: one plan, a 1,000-configuration sweep, and a recommendation sweep over the catalog.
+
+Each figure is printed with a baseline measured in the same run, because these machines are noisy:
+
+- a 1,000-configuration sweep (model × GPU × TP × KV dtype × context) against 1,000 × the time of one plan;
+- a full catalog sweep (every GPU × TP × KV dtype × quantisation, with recommendations) for one model and
+  workload, against the time of one plan — and its absolute time, since the issue's bar is "under 100 ms".
+
+Run: ``python -m bench.bench_core``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from service.catalog.builtin import builtin_snapshot
+from service.core.planner import PlanRequest, plan
+from service.core.recommend import Workload, sweep
+
+
+def _median_seconds(fn: Callable[[], Any], *, repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def run() -> list[dict[str, Any]]:
+    catalog = builtin_snapshot()
+    model = catalog.find_model("llama-3.1-8b")
+    gpu = catalog.find_gpu("h100-sxm-80gb")
+    assert model is not None and gpu is not None
+    single = PlanRequest(model=model.spec, gpu=gpu.spec, max_model_len=8192)
+    one = _median_seconds(lambda: plan(single), repeat=200)
+    one_fast = _median_seconds(lambda: plan(PlanRequest(model=model.spec, gpu=gpu.spec, max_model_len=8192, suggest=False, detail=False)), repeat=200)
+
+    models = [catalog.models[n].spec for n in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "gemma-3-27b", "mistral-7b-v0.1")]
+    gpus = [g.spec for g in catalog.gpus.values()][:10]
+    configs = list(itertools.product(models, gpus, (1, 2, 4, 8), ("auto", "fp8"), (4096, 8192, 32768)))[:1000]
+
+    def thousand() -> None:
+        for m, g, tp, kv, length in configs:
+            plan(PlanRequest(model=m, gpu=g, tensor_parallel_size=tp, kv_cache_dtype=kv, max_model_len=length, suggest=False, detail=False))
+
+    sweep_1000 = _median_seconds(thousand, repeat=3)
+    all_gpus = [g.spec for g in catalog.gpus.values()]
+    workload = Workload(requests_per_second=5, prompt_tokens=1000, output_tokens=200, tpot_seconds=0.05)
+    catalog_sweep = _median_seconds(lambda: sweep(PlanRequest(model=model.spec), workload, all_gpus), repeat=5)
+    return [
+        {"name": "core plan (Llama-3.1-8B on H100, full detail)", "seconds": one, "baseline": None, "note": "one call"},
+        {"name": "core plan, verdict only (sweep mode)", "seconds": one_fast, "baseline": one, "note": "vs full detail"},
+        {"name": f"{len(configs)}-configuration sweep", "seconds": sweep_1000, "baseline": one_fast * len(configs), "note": "vs 1,000 × one plan (verdict only)"},
+        {"name": f"catalog sweep with recommendations ({len(all_gpus)} GPUs × TP × KV × quant)", "seconds": catalog_sweep, "baseline": one, "note": "vs one plan; bar: < 0.100 s"},
+    ]
+
+
+def main() -> None:
+    for row in run():
+        ratio = f"{row['seconds'] / row['baseline']:.2f}×" if row["baseline"] else "–"
+        print(f"{row['name']:<72} {row['seconds'] * 1e3:10.3f} ms  {ratio:>8}  {row['note']}")
+
+
+if __name__ == "__main__":
+    main()
