@@ -3,7 +3,8 @@
 from service.catalog.orm import GpuEntry, ModelEntry
 from service.db.base import Base
 from service.deployments.orm import DeploymentEntry
+from service.planning.calibration import CalibrationEntry
 
 metadata = Base.metadata
 
-__all__ = ["Base", "DeploymentEntry", "GpuEntry", "ModelEntry", "metadata"]
+__all__ = ["Base", "CalibrationEntry", "DeploymentEntry", "GpuEntry", "ModelEntry", "metadata"]

@@ -170,7 +170,7 @@ async def get_deployment_plan(
 ) -> DeploymentPlan:
     deployment = await _read(request, session, settings, namespace, name)
     catalog: CatalogHolder = request.app.state.catalog
-    return deployment_plan(catalog.snapshot, deployment)
+    return deployment_plan(catalog.snapshot, deployment, getattr(request.app.state, "calibrations", None))
 
 
 _TARGETS = {
@@ -210,7 +210,7 @@ async def get_autoscaling(
 ) -> Response:
     deployment = await _read(request, session, settings, namespace, name)
     catalog: CatalogHolder = request.app.state.catalog
-    planned = deployment_plan(catalog.snapshot, deployment)
+    planned = deployment_plan(catalog.snapshot, deployment, getattr(request.app.state, "calibrations", None))
     if not planned.plan.fits:
         raise NotFound(
             f"deployment {namespace}/{name} would not start ({planned.plan.messages[0].text if planned.plan.messages else 'see its plan'}); nothing to autoscale"

@@ -32,6 +32,7 @@ from service.deployments.schemas import (
 from service.errors import Conflict, NotFound, Unprocessable
 from service.live.guard import TargetGuard, TargetRefused
 from service.live.schemas import parse_live_source, source_urls
+from service.planning.calibration import CalibrationHolder
 from service.planning.recommendations import make_recommendation
 from service.planning.schemas import PlanRequestBody, RecommendRequestBody
 from service.planning.service import build_request, make_plan, resolve_gpu_ref, resolve_model_ref
@@ -95,8 +96,10 @@ def plan_body(deployment: DeploymentRead) -> PlanRequestBody:
     return PlanRequestBody.model_validate(fields)
 
 
-def deployment_plan(catalog: CatalogSnapshot, deployment: DeploymentRead) -> DeploymentPlan:
-    result = make_plan(catalog, plan_body(deployment))
+def deployment_plan(
+    catalog: CatalogSnapshot, deployment: DeploymentRead, calibrations: CalibrationHolder | None = None
+) -> DeploymentPlan:
+    result = make_plan(catalog, plan_body(deployment), calibrations)
     recommendation = None
     if deployment.workload is not None and deployment.gpu is not None:
         body = {

@@ -32,7 +32,9 @@ def catalog_snapshot(request: Request) -> CatalogHolder:
 )
 async def create_plan(request: Request, body: PlanRequestBody) -> PlanResponse:
     """Pure computation over the in-memory catalog: never touches the database."""
-    return make_plan(catalog_snapshot(request).snapshot, body)
+    return make_plan(
+        catalog_snapshot(request).snapshot, body, getattr(request.app.state, "calibrations", None)
+    )
 
 
 @router.post(

@@ -15,6 +15,7 @@ from service.core.hf_config import parse_hf_config
 from service.core.planner import CapacityPlan, PlanRequest, plan
 from service.core.specs import GpuSpec, ModelSpec
 from service.errors import Unprocessable
+from service.planning.calibration import CalibrationHolder, apply_calibration
 from service.planning.schemas import (
     InlineGpu,
     InlineModel,
@@ -131,7 +132,9 @@ def to_response(result: CapacityPlan, *, model: Subject, gpu: Subject | None) ->
     return PlanResponse.model_validate({**data, "model": model, "gpu": gpu})
 
 
-def make_plan(snapshot: CatalogSnapshot, body: PlanRequestBody) -> PlanResponse:
+def make_plan(
+    snapshot: CatalogSnapshot, body: PlanRequestBody, calibrations: CalibrationHolder | None = None
+) -> PlanResponse:
     resolved = resolve_model_ref(snapshot, body.model)
     gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
     request = build_request(
@@ -146,4 +149,4 @@ def make_plan(snapshot: CatalogSnapshot, body: PlanRequestBody) -> PlanResponse:
         result = plan(request)
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None
-    return to_response(result, model=resolved.subject, gpu=gpu_subject)
+    return apply_calibration(to_response(result, model=resolved.subject, gpu=gpu_subject), calibrations)

@@ -20,7 +20,7 @@ from service.db.migrate import alembic_config
 from service.models import metadata
 from service.settings import sync_database_url
 
-TABLES = {"gpus", "models", "deployments"}
+TABLES = {"gpus", "models", "deployments", "calibrations"}
 
 
 @pytest.fixture

@@ -1,0 +1,179 @@
+"""Calibration: what real vLLM start-ups allocated, used to correct later predictions of the same configuration.
+
+A configuration is everything that decides the allocation — the resolved model and GPU, TP × PP, the engine
+release and every resolved vLLM setting (a plan's ``settings``) — hashed into a key. When a registered
+deployment's live metrics report ``num_gpu_blocks`` for a configuration (and the block size vLLM reports is the
+one kvcap predicted), the observation is stored; plans for the same key then report the median of the last
+observations as ``num_gpu_blocks``, recompute concurrency and tokens from it, and say so in ``calibration`` —
+with the uncalibrated figure beside it, so the model's own error stays measurable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Integer, String, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.core.engines import resolve_engine
+from service.db.base import Base, VersionedMixin
+from service.planning.schemas import CalibrationOut, MessageOut, PlanResponse
+
+KEEP_OBSERVATIONS = 10
+
+
+class CalibrationEntry(VersionedMixin, Base):
+    __tablename__ = "calibrations"
+
+    key: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
+    model: Mapped[str] = mapped_column(String(200), nullable=False)
+    gpu: Mapped[str] = mapped_column(String(200), nullable=False)
+    configuration: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    # The last few observations, one per replica start-up: [{"source": "ns/name/pod", "num_gpu_blocks": n}, …]
+    observations: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False, default=list)
+    uncalibrated_num_gpu_blocks: Mapped[int] = mapped_column(Integer, nullable=False)
+    samples: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+def configuration_of(plan: PlanResponse) -> dict[str, Any]:
+    """The inputs that decide vLLM's allocation, as resolved by the plan."""
+    settings = plan.settings.model_dump()
+    return {
+        "model": plan.model.name if plan.model.source == "catalog" else f"inline:{plan.model.name}",
+        "gpu": (plan.gpu.name if plan.gpu.source == "catalog" else f"inline:{plan.memory.total_bytes}")
+        if plan.gpu
+        else None,
+        **settings,
+    }
+
+
+def calibration_key(plan: PlanResponse) -> str:
+    canonical = json.dumps(configuration_of(plan), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    observed_num_gpu_blocks: int  # median of the kept observations
+    samples: int
+    updated_at: datetime | None
+
+
+class CalibrationHolder:
+    """In-memory calibrations by key (reloaded with the catalog; plans never wait on the database)."""
+
+    def __init__(self, calibrations: dict[str, Calibration] | None = None) -> None:
+        self.by_key: dict[str, Calibration] = calibrations or {}
+
+    async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+        async with sessionmaker() as session:
+            rows = (await session.execute(select(CalibrationEntry))).scalars().all()
+        self.by_key = {
+            row.key: Calibration(
+                observed_num_gpu_blocks=int(statistics.median(o["num_gpu_blocks"] for o in row.observations)),
+                samples=row.samples,
+                updated_at=row.updated_at,
+            )
+            for row in rows
+            if row.observations
+        }
+
+
+def apply_calibration(plan: PlanResponse, holder: CalibrationHolder | None) -> PlanResponse:
+    """The plan with observed blocks for its configuration, or unchanged (with ``calibration.applied`` false).
+
+    Exact plans (KV budget given) are never calibrated: their count is already what vLLM allocates.
+    """
+    key = calibration_key(plan)
+    found = holder.by_key.get(key) if holder else None
+    if found is None or plan.exact:
+        return plan.model_copy(update={"calibration": CalibrationOut(applied=False, key=key)})
+    kv = plan.kv_cache
+    blocks = found.observed_num_gpu_blocks
+    concurrency = blocks / kv.blocks_per_request if kv.blocks_per_request else 0.0
+    engine = resolve_engine(plan.settings.engine)
+    if engine.v0:
+        concurrency = (
+            blocks * kv.block_size / plan.settings.max_model_len if plan.settings.max_model_len else 0.0
+        )
+        tokens = blocks * kv.block_size
+    elif engine.tokens_from_concurrency:
+        tokens = int(concurrency * plan.settings.max_model_len)
+    else:
+        tokens = blocks // max(1, kv.num_groups) * kv.block_size
+    calibrated = kv.model_copy(
+        update={
+            "num_gpu_blocks": blocks,
+            "usable_blocks": max(0, blocks - (0 if engine.profile == "ideal" else 1)),
+            "kv_cache_size_tokens": tokens,
+            "max_concurrency": concurrency,
+            "max_concurrent_sequences": int(concurrency),
+        }
+    )
+    note = MessageOut(
+        level="info",
+        code="calibrated",
+        text=(
+            f"calibrated from {found.samples} observed start-up(s) of this configuration: num_gpu_blocks "
+            f"{blocks:,} (the model alone predicts {kv.num_gpu_blocks:,})"
+        ),
+    )
+    return plan.model_copy(
+        update={
+            "kv_cache": calibrated,
+            "messages": [*plan.messages, note],
+            "calibration": CalibrationOut(
+                applied=True,
+                observed_num_gpu_blocks=blocks,
+                uncalibrated_num_gpu_blocks=kv.num_gpu_blocks,
+                samples=found.samples,
+                key=key,
+            ),
+        }
+    )
+
+
+async def record_observation(
+    session: AsyncSession, plan: PlanResponse, *, observed_num_gpu_blocks: int, source: str
+) -> bool:
+    """Store one replica's start-up for the plan's configuration; the same replica is recorded once.
+
+    ``source`` names the replica (``namespace/deployment/pod``); its observation is replaced when the replica
+    reports a different count (it restarted with other settings), and the last ``KEEP_OBSERVATIONS`` replicas
+    are kept. Returns True when something changed. The caller commits.
+    """
+    if plan.exact or observed_num_gpu_blocks <= 0:
+        return False
+    key = calibration_key(plan)
+    entry = (
+        await session.execute(select(CalibrationEntry).where(CalibrationEntry.key == key))
+    ).scalar_one_or_none()
+    observation = {"source": source, "num_gpu_blocks": observed_num_gpu_blocks}
+    if entry is None:
+        session.add(
+            CalibrationEntry(
+                key=key,
+                model=plan.model.name,
+                gpu=plan.gpu.name if plan.gpu else "",
+                configuration=configuration_of(plan),
+                observations=[observation],
+                uncalibrated_num_gpu_blocks=plan.kv_cache.num_gpu_blocks,
+                samples=1,
+            )
+        )
+        await session.flush()
+        return True
+    if observation in entry.observations:
+        return False
+    others = [o for o in entry.observations if o["source"] != source]
+    entry.observations = [*others, observation][-KEEP_OBSERVATIONS:]
+    entry.uncalibrated_num_gpu_blocks = plan.kv_cache.num_gpu_blocks
+    entry.samples += 1
+    await session.flush()
+    return True

@@ -1,0 +1,72 @@
+"""Calibration: observed start-ups correct later plans of the same configuration, and only of it."""
+
+from __future__ import annotations
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service.catalog.builtin import builtin_snapshot
+from service.planning.calibration import CalibrationHolder, calibration_key, record_observation
+from service.planning.schemas import PlanRequestBody
+from service.planning.service import make_plan
+
+BODY = {"model": "llama-3.1-8b", "gpu": "h100-sxm-80gb", "max_model_len": 32768, "engine": "vllm-0.33"}
+
+
+async def test_an_observation_calibrates_the_same_configuration(
+    session: AsyncSession, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    catalog = builtin_snapshot()
+    plan = make_plan(catalog, PlanRequestBody.model_validate(BODY))
+    assert plan.calibration is not None and plan.calibration.applied is False
+    observed = plan.kv_cache.num_gpu_blocks - 500
+    assert await record_observation(session, plan, observed_num_gpu_blocks=observed, source="llm/llama/pod-a")
+    assert not await record_observation(
+        session, plan, observed_num_gpu_blocks=observed, source="llm/llama/pod-a"
+    )  # same start-up
+    await session.commit()
+    holder = CalibrationHolder()
+    await holder.reload(sessionmaker)
+
+    calibrated = make_plan(catalog, PlanRequestBody.model_validate(BODY), holder)
+    assert calibrated.calibration is not None and calibrated.calibration.applied
+    assert calibrated.kv_cache.num_gpu_blocks == observed
+    assert calibrated.calibration.uncalibrated_num_gpu_blocks == plan.kv_cache.num_gpu_blocks
+    # concurrency follows the calibrated blocks: blocks / blocks one 32,768-token request needs (2,048)
+    assert calibrated.kv_cache.max_concurrency == observed / 2048
+    assert calibrated.kv_cache.kv_cache_size_tokens == int(observed / 2048 * 32768)
+    assert any(m.code == "calibrated" for m in calibrated.messages)
+
+    other = make_plan(
+        catalog, PlanRequestBody.model_validate(BODY | {"gpu_memory_utilization": 0.85}), holder
+    )
+    assert other.calibration is not None and other.calibration.applied is False
+    assert calibration_key(other) != calibration_key(plan)
+
+
+async def test_the_median_of_replicas_is_used(
+    session: AsyncSession, sessionmaker: async_sessionmaker[AsyncSession]
+) -> None:
+    catalog = builtin_snapshot()
+    plan = make_plan(catalog, PlanRequestBody.model_validate(BODY))
+    for pod, blocks in (("a", 25_000), ("b", 25_100), ("c", 31_000)):
+        await record_observation(session, plan, observed_num_gpu_blocks=blocks, source=f"llm/llama/{pod}")
+    await session.commit()
+    holder = CalibrationHolder()
+    await holder.reload(sessionmaker)
+    assert holder.by_key[calibration_key(plan)].observed_num_gpu_blocks == 25_100
+    assert holder.by_key[calibration_key(plan)].samples == 3
+
+
+async def test_exact_plans_are_never_calibrated(session: AsyncSession) -> None:
+    plan = make_plan(
+        builtin_snapshot(),
+        PlanRequestBody.model_validate({"model": "llama-3.1-8b", "kv_cache_memory_bytes": 2**30}),
+    )
+    assert not await record_observation(session, plan, observed_num_gpu_blocks=123, source="x/y/z")
+
+
+async def test_the_api_reports_calibration(client: httpx.AsyncClient) -> None:
+    response = (await client.post("/v1/plans", json=BODY)).json()
+    assert response["calibration"]["applied"] is False
+    assert len(response["calibration"]["key"]) == 32
