@@ -70,8 +70,9 @@ _QUANT_WORDS = (
 
 def _tokens(text: str) -> list[str]:
     base = text.strip().lower().split("/")[-1]
-    # keep version numbers like 3.1 / v0.3 together; split on everything else
-    return [t for t in re.split(r"[^a-z0-9.]+", base) if t]
+    # keep version numbers like 3.1 / v0.3 together; split on everything else, including dots that do not sit
+    # between two digits (``…-quantized.w4a16`` → ``quantized``, ``w4a16``)
+    return [t for t in re.split(r"[^a-z0-9.]+|(?<![0-9])\.|\.(?![0-9])", base) if t]
 
 
 def _core(tokens: list[str]) -> tuple[str, ...]:

@@ -33,7 +33,13 @@ from service.core.kv_cache import (
     num_blocks,
     unify_page_sizes,
 )
-from service.core.overheads import DEFAULT_COEFFICIENTS, OverheadCoefficients, Overheads, estimate_overheads
+from service.core.overheads import (
+    DEFAULT_COEFFICIENTS,
+    OverheadCoefficients,
+    Overheads,
+    estimate_overheads,
+    nvls_fabric,
+)
 from service.core.specs import GpuSpec, LayerType, ModelSpec
 from service.core.units import GIB, fmt_int
 from service.core.weights import QuantScheme, resolve_quantization, weight_shares
@@ -233,6 +239,11 @@ def projection_counts(prompt_tokens: int, output_tokens: int) -> Projections:
 
 def _is_blackwell(gpu: GpuSpec | None) -> bool:
     return bool(gpu and gpu.compute_capability and gpu.compute_capability.split(".")[0] in ("10", "11", "12"))
+
+
+def _is_datacenter_blackwell(gpu: GpuSpec | None) -> bool:
+    """SM 10.x (B200, GB200): vLLM's ``is_device_capability_family(100)`` (larger CUDA-graph ceiling, 0.28+)."""
+    return bool(gpu and gpu.compute_capability and gpu.compute_capability.split(".")[0] == "10")
 
 
 def _is_hopper(gpu: GpuSpec | None) -> bool:
@@ -526,7 +537,12 @@ def plan(request: PlanRequest) -> CapacityPlan:
 
     # 3. Per pipeline stage: weights, overheads, layer pages, groups, blocks -------------------------------
     shares = weight_shares(
-        model, quantization=quant, tensor_parallel_size=tp, pipeline_parallel_size=pp, dtype=dtype
+        model,
+        quantization=quant,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        dtype=dtype,
+        compute_capability=gpu.compute_capability if gpu else None,
     )
     stages: list[_Stage] = []
     total = gpu.memory_bytes if gpu else 0
@@ -557,7 +573,10 @@ def plan(request: PlanRequest) -> CapacityPlan:
             max_num_batched_tokens=mnbt,
             enforce_eager=request.enforce_eager or request.device == "cpu",
             dtype=dtype,
-            blackwell=_is_blackwell(gpu),
+            blackwell=_is_datacenter_blackwell(gpu),
+            nvls=gpu is not None
+            and nvls_fabric(gpu.compute_capability, gpu.interconnect_bandwidth_bytes_per_second),
+            quantization=quant.name if quant else None,
             coefficients=request.coefficients,
         )
         if request.kv_cache_memory_bytes is not None:

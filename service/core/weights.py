@@ -10,6 +10,11 @@ vLLM charges the bytes it measures while loading (``Model loading took X GiB``);
   AWQ/GPTQ int4 with group size 128 store 4-bit weights + fp16 scales + 4-bit zeros per group:
   0.5 + (2 + 0.5) / 128 ≈ 0.5195 B; fp8 stores 1 B + one fp32 scale per 128 × 128 block; MXFP4 (gpt-oss
   experts only) 4 bits + one 8-bit scale per 32 → 0.53125 B; NVFP4 4 bits + one fp8 scale per 16 → 0.5625 B.
+* MXFP4 experts are allocated padded, and the padding depends on the kernel backend vLLM picks for the GPU
+  (``quantization/mxfp4.py::Mxfp4MoEMethod.create_weights`` / ``get_mxfp4_backend``): Marlin (Ampere, Ada,
+  consumer Blackwell) rounds each rank's expert width up to 128 and the hidden size up to 256; FlashInfer on
+  data-centre Blackwell rounds both up to 256; on Hopper the Triton backend allocates width/64 but its swizzled
+  layout ends up ≈ width rounded to 256 (the recorded H100 loads), which is also the rule when the GPU is unknown.
 * Pipeline parallelism gives each stage its layers; the embedding lives on the first stage and the LM head on
   the last (both, when tied, since the last stage needs the weights too).
 
@@ -105,6 +110,22 @@ def resolve_quantization(value: str | None, *, native: str | None = None) -> Qua
         ) from None
 
 
+def _expert_padding(quantization: QuantScheme, compute_capability: str | None) -> tuple[int, int | None]:
+    """(expert-width alignment, hidden alignment) of the padded MXFP4 expert tensors (module docstring)."""
+    default = quantization.pad_intermediate_to or 1
+    if quantization.name != "mxfp4" or not compute_capability:
+        return default, None
+    try:
+        major = int(compute_capability.split(".")[0])
+    except ValueError:
+        return default, None  # ROCm gfx targets: backend-specific alignment, keep the default
+    if major == 9:
+        return default, None  # Hopper: Triton backend (see module docstring)
+    if major == 10:
+        return 256, 256  # data-centre Blackwell: FlashInfer MXFP4 backends
+    return 128, 256  # Marlin: n % 256 == 0 and k % 128 == 0 for both expert GEMMs
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WeightShare:
     """Weight bytes on one GPU of one pipeline stage."""
@@ -153,8 +174,12 @@ def weight_shares(
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
     dtype: str | None = None,
+    compute_capability: str | None = None,
 ) -> list[WeightShare]:
-    """Bytes of weights one GPU holds, per pipeline stage (see module docstring)."""
+    """Bytes of weights one GPU holds, per pipeline stage (see module docstring).
+
+    ``compute_capability`` picks the MXFP4 expert layout of the kernel backend vLLM uses on that GPU.
+    """
     tp = tensor_parallel_size
     elem = MODEL_DTYPE_BYTES[normalize_model_dtype(dtype or model.torch_dtype)]
     hidden, layers = model.hidden_size, model.num_hidden_layers
@@ -173,9 +198,10 @@ def weight_shares(
     expert_padding = 1.0
     if quantization is not None and quantization.pad_intermediate_to and model.is_moe:
         width = (model.moe_intermediate_size or model.intermediate_size or 1) // tp
-        expert_padding = (
-            cdiv(width, quantization.pad_intermediate_to) * quantization.pad_intermediate_to / width
-        )
+        pad_width, pad_hidden = _expert_padding(quantization, compute_capability)
+        expert_padding = cdiv(width, pad_width) * pad_width / width
+        if pad_hidden:
+            expert_padding *= cdiv(hidden, pad_hidden) * pad_hidden / hidden
 
     def linear_bytes(params: float, experts: float) -> float:
         if quantization is None:

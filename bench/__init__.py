@@ -1,0 +1,1 @@
+"""Benchmarks and accuracy reports for kvcap (``make bench``, ``make accuracy``)."""

@@ -1,0 +1,82 @@
+"""The accuracy bar as a test: kvcap against recorded real vLLM start-ups (``make accuracy`` prints the report).
+
+* the held-back split's median |KV-token error| is within the issue's 5 % (also with every (model, engine) group
+  counted once, so seven runs of one model cannot carry it);
+* ``weights.py`` alone reproduces every high-confidence "Model loading took X GiB" line within 7 % (known
+  outliers: gemma-3-4b −6.7 % and gpt-oss-20b on Hopper −4.1 %, see the report; the median is well under 1 %);
+* with the KV budget given (``kv_cache_memory_bytes``) no estimate is involved: the block count vLLM logged lies
+  between the counts for the logged "Available KV cache memory" ± its 0.005 GiB rounding.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from bench.accuracy import (
+    BAR_PERCENT,
+    Outcome,
+    check_weights,
+    distribution,
+    evaluate_all,
+    group_medians,
+    metric_errors,
+    prepare_all,
+)
+from service.core.engines import resolve_engine
+from service.core.planner import plan
+from service.core.units import GIB
+
+WEIGHT_TOLERANCE_PERCENT = 7.0
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> list[Outcome]:
+    return evaluate_all(prepare_all())
+
+
+def test_held_back_median_kv_token_error_meets_the_bar(outcomes: list[Outcome]) -> None:
+    held = distribution(metric_errors(outcomes, "tokens", "held"))
+    assert held is not None and held.n >= 10
+    assert held.median <= BAR_PERCENT
+    per_group = group_medians(outcomes, "tokens", "held")
+    assert len(per_group) >= 5
+    assert statistics.median(per_group) <= BAR_PERCENT
+
+
+def test_both_splits_are_populated_and_disjoint_by_group(outcomes: list[Outcome]) -> None:
+    sides: dict[tuple[str, str], set[str]] = {}
+    for o in outcomes:
+        sides.setdefault((o.prepared.model_name or "", o.prepared.engine or ""), set()).add(o.prepared.split)
+    assert all(len(s) == 1 for s in sides.values())
+    assert {o.prepared.split for o in outcomes} == {"fit", "held"}
+
+
+def test_high_confidence_weight_observations_are_within_tolerance() -> None:
+    checks = [c for c in check_weights() if c.high_confidence and c.error_pct is not None]
+    assert len(checks) >= 20
+    worst = max(checks, key=lambda c: abs(c.error_pct or 0.0))
+    assert abs(worst.error_pct or 0.0) <= WEIGHT_TOLERANCE_PERCENT, worst
+    assert statistics.median(abs(c.error_pct or 0.0) for c in checks) <= 1.0
+
+
+def test_exact_budget_path_reproduces_logged_block_counts(outcomes: list[Outcome]) -> None:
+    checked = 0
+    for o in outcomes:
+        obs, request = o.prepared.observed, o.prepared.request
+        engine = resolve_engine(o.prepared.engine)
+        if request is None or obs.blocks is None or obs.available_gib is None or engine.v0:
+            continue
+        counts = []
+        for delta in (-0.005, 0.005):
+            budget = int((obs.available_gib + delta) * GIB)
+            exact = plan(replace(request, kv_cache_memory_bytes=budget, detail=False))
+            assert exact.exact
+            assert exact.memory.activation_bytes == exact.memory.non_torch_bytes == 0
+            assert exact.kv_cache.num_gpu_blocks == budget // exact.kv_cache.bytes_per_block
+            counts.append(exact.kv_cache.num_gpu_blocks)
+        assert counts[0] <= obs.blocks <= counts[1], (o.prepared.case_id, counts, obs.blocks)
+        checked += 1
+    assert checked >= 15
