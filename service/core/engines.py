@@ -31,7 +31,7 @@ NEWEST_VERSION = (0, 33)
 DEFAULT_ENGINE = f"vllm-{NEWEST_VERSION[0]}.{NEWEST_VERSION[1]}"
 PROFILE_NAMES = ("ideal", "vllm-0.10", "vllm-0.11", "vllm-0.20")
 
-_ENGINE_PATTERN = re.compile(r"^(?:vllm[-_ ]?)?v?(\d+)\.(\d+)(?:\.\d+)?(?:\.post\d+)?$")
+_ENGINE_PATTERN = re.compile(r"^(?:vllm[-_ ]?)?v?(\d+)\.(\d+)(?:\.\d+)*(?:\.?post\d+)?(-v1)?$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,7 +73,11 @@ def _v(version: tuple[int, int], at_least: tuple[int, int]) -> bool:
 
 
 def parse_engine(engine: str | None) -> tuple[str, tuple[int, int] | None]:
-    """Normalise an engine string: ``None`` → newest release; ``0.15.1``, ``v0.15``, ``vllm-0.15`` → (0, 15)."""
+    """Normalise an engine string: ``None`` → newest release; ``0.15.1``, ``v0.15``, ``vllm-0.15`` → (0, 15).
+
+    Releases 0.8–0.10 shipped both engines; ``vllm-0.10`` means V0 (the ``vllm-0.10`` profile) and
+    ``vllm-0.10-v1`` the V1 engine of that release.
+    """
     if engine is None or not engine.strip():
         return DEFAULT_ENGINE, NEWEST_VERSION
     text = engine.strip().lower()
@@ -86,6 +90,11 @@ def parse_engine(engine: str | None) -> tuple[str, tuple[int, int] | None]:
             field="engine",
         )
     version = (int(match.group(1)), int(match.group(2)))
+    if match.group(3):
+        if version >= (0, 11):
+            return f"vllm-{version[0]}.{version[1]}", version  # V1 is the only engine from 0.11 on
+        if version >= OLDEST_VERSION:
+            return f"vllm-{version[0]}.{version[1]}-v1", version
     if version < OLDEST_VERSION:
         raise UnknownEngine(
             f"vLLM {version[0]}.{version[1]} is older than the oldest supported release (0.8); "
@@ -127,8 +136,8 @@ def resolve_engine(engine: str | None) -> EngineProfile:
             message_style="model's",
         )
     rules = min(version, NEWEST_VERSION)
-    v0 = rules <= (0, 10)
-    profile = "vllm-0.10" if v0 else "vllm-0.11" if rules < (0, 20) else "vllm-0.20"
+    v0 = rules <= (0, 10) and not name.endswith("-v1")
+    profile = "vllm-0.10" if rules <= (0, 10) else "vllm-0.11" if rules < (0, 20) else "vllm-0.20"
     if v0:
         ratio: float | None = None
     elif rules < (0, 12):
@@ -145,7 +154,7 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         v0=v0,
         default_gpu_memory_utilization=0.92 if _v(rules, (0, 20)) else 0.9,
         ceil_requested=_v(rules, (0, 15)),
-        charges_nccl=v0,
+        charges_nccl=rules <= (0, 10),  # V0, and 0.10's V1 worker, snapshot memory before NCCL init
         subtracts_cudagraphs=_v(rules, (0, 20)),
         group_size_ratio=ratio,
         tokens_from_concurrency=_v(rules, (0, 21)),

@@ -1,0 +1,230 @@
+"""Live-metrics benchmark: refreshing 1,000 vLLM targets and rendering ``/metrics`` for 1,000 deployments.
+
+Absolute times depend on the machine, so each is printed next to a baseline measured in the same run:
+
+- refresh of 1,000 targets (one local stub HTTP server on 127.0.0.1 serving the real vLLM 0.32 busy
+  exposition, a different path per target, through the real ``LiveManager``, guard and parser) against the
+  ideal ``single scrape × 1000 / concurrency`` — above 1 means the refresh is CPU-bound (parsing and HTTP
+  run on one event loop) rather than limited by the concurrency bound;
+- ``render_metrics`` for 1,000 deployments (3 pods each, with predictions) against ``1,000 × render of one``.
+
+Run: ``python -m bench.bench_live``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from service.exporter.collector import AdmissionMetrics, PredictedCapacity, SelfMetrics, render_metrics
+from service.live.guard import TargetGuard
+from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget, aggregate
+from service.live.parser import parse_vllm_metrics
+from service.live.schemas import parse_live_source
+from service.live.scraper import TargetResult, make_client, scrape
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT.parent / "shared" / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt"
+TARGETS = 1000
+DEPLOYMENTS = 1000
+CONCURRENCY = 32  # KVCAP_SCRAPE_CONCURRENCY's default
+
+
+async def _serve_forever(body: bytes) -> tuple[asyncio.Server, int]:
+    """A keep-alive HTTP/1.1 server answering every GET with ``body`` (like a fleet of identical vLLMs)."""
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(
+            ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError, OSError
+        ):
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(head + body)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _stub_main(body: bytes) -> None:
+    server, port = await _serve_forever(body)
+    print(port, flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+@contextlib.asynccontextmanager
+async def _stub_process(path: Path) -> AsyncIterator[int]:
+    """The stub in its own process, so its CPU time is not charged to kvcap's event loop."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.bench_live",
+        "--serve",
+        str(path),
+        stdout=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    try:
+        line = await asyncio.wait_for(process.stdout.readline(), timeout=30)
+        yield int(line)
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+def _best_of(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+async def _refresh_benchmark(body: bytes) -> list[tuple[str, float, str]]:
+    async with _stub_process(FIXTURE) as port:
+        guard = TargetGuard([])
+        async with make_client(concurrency=CONCURRENCY) as client:
+            url = f"http://127.0.0.1:{port}/warmup/metrics"
+            await scrape(client, url, guard=guard, timeout_s=10, max_bytes=8 << 20)
+            singles = []
+            for i in range(30):
+                started = time.perf_counter()
+                await scrape(
+                    client,
+                    f"http://127.0.0.1:{port}/single/{i}/metrics",
+                    guard=guard,
+                    timeout_s=10,
+                    max_bytes=8 << 20,
+                )
+                singles.append(time.perf_counter() - started)
+        single = _best_of(singles)
+
+        targets = [
+            LiveTarget(
+                namespace=f"ns-{i % 20}",
+                name=f"deployment-{i}",
+                source=parse_live_source({"scrape_urls": [f"http://127.0.0.1:{port}/target/{i}/metrics"]}),
+            )
+            for i in range(TARGETS)
+        ]
+        manager = LiveManager(
+            client=make_client(concurrency=CONCURRENCY),
+            guard=guard,
+            timeout_s=10,
+            max_bytes=8 << 20,
+            concurrency=CONCURRENCY,
+            owns_client=True,
+        )
+        try:
+            await manager.refresh(targets[:CONCURRENCY])  # open the pooled connections
+            started = time.perf_counter()
+            await manager.refresh(targets)
+            refresh = time.perf_counter() - started
+        finally:
+            await manager.aclose()
+        ok = sum(o.replicas for o in manager.observations.values())
+
+    text = body.decode()
+    parses = []
+    for _ in range(50):
+        started = time.perf_counter()
+        parse_vllm_metrics(text)
+        parses.append(time.perf_counter() - started)
+    parse = _best_of(parses)
+    ideal = single * TARGETS / CONCURRENCY
+    return [
+        ("scrape 1 target (baseline)", single, f"median of 30, {len(body) // 1024} KiB exposition"),
+        ("parse 1 exposition", parse, f"{parse * TARGETS:.2f}s of CPU per {TARGETS} targets"),
+        (
+            f"refresh {TARGETS} targets",
+            refresh,
+            f"{refresh / ideal:.2f}x baseline×{TARGETS}/{CONCURRENCY}; {ok}/{TARGETS} up",
+        ),
+    ]
+
+
+def _observations(count: int, body: str) -> dict[DeploymentKey, DeploymentObservation]:
+    metrics = parse_vllm_metrics(body)
+    observations: dict[DeploymentKey, DeploymentObservation] = {}
+    for i in range(count):
+        urls = [f"http://10.{i // 250}.{i % 250}.{pod}:8000/metrics" for pod in range(3)]
+        target = LiveTarget(
+            namespace=f"ns-{i % 20}", name=f"deployment-{i}", source=parse_live_source({"scrape_urls": urls})
+        )
+        results = [
+            TargetResult(
+                url=url, ok=True, reason=None, duration_s=0.01, metrics=metrics, pod=f"deployment-{i}-{p}"
+            )
+            for p, url in enumerate(urls)
+        ]
+        observations[(target.namespace, target.name)] = aggregate(
+            target, results, observed_at_s=time.time(), duration_s=0.02, errors_total={"timeout": 1}
+        )
+    return observations
+
+
+def _predictions(keys: list[DeploymentKey]) -> dict[DeploymentKey, PredictedCapacity]:
+    prediction = PredictedCapacity(
+        num_gpu_blocks=8192,
+        num_gpu_blocks_uncalibrated=8000,
+        kv_cache_size_tokens=1_048_576,
+        max_concurrency=512.0,
+        max_num_seqs=256,
+        recommended_replicas=3,
+        replicas=3,
+    )
+    return dict.fromkeys(keys, prediction)
+
+
+def _render_time(observations: dict[DeploymentKey, DeploymentObservation], repeats: int) -> tuple[float, int]:
+    predictions = _predictions(list(observations))
+    self_metrics = SelfMetrics(deployments_tracked=len(observations))
+    admission = AdmissionMetrics()
+    times = []
+    size = 0
+    for _ in range(repeats):
+        started = time.perf_counter()
+        size = len(render_metrics(predictions, observations, self_metrics, admission))
+        times.append(time.perf_counter() - started)
+    return _best_of(times), size
+
+
+def _render_benchmark(body: str) -> list[tuple[str, float, str]]:
+    one, _ = _render_time(_observations(1, body), 200)
+    many, size = _render_time(_observations(DEPLOYMENTS, body), 5)
+    return [
+        ("render /metrics, 1 deployment (baseline)", one, "3 pods, with prediction"),
+        (
+            f"render /metrics, {DEPLOYMENTS} deployments",
+            many,
+            f"{many / (one * DEPLOYMENTS):.2f}x baseline×{DEPLOYMENTS}; {size // 1024} KiB",
+        ),
+    ]
+
+
+def run() -> list[tuple[str, float, str]]:
+    """(name, seconds, note) rows."""
+    body = FIXTURE.read_bytes()
+    rows = asyncio.run(_refresh_benchmark(body))
+    rows += _render_benchmark(body.decode())
+    return rows
+
+
+def main() -> None:
+    rows = run()
+    width = max(len(name) for name, _, _ in rows)
+    print(f"{'benchmark':<{width}}  {'seconds':>10}  note")
+    for name, seconds, note in rows:
+        print(f"{name:<{width}}  {seconds:>10.4f}  {note}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
+        asyncio.run(_stub_main(Path(sys.argv[2]).read_bytes()))
+    else:
+        main()

@@ -1,0 +1,195 @@
+"""The kvcap Collector: every metric in names.py, derived ratios, per-pod and per-target series, and an
+exposition prometheus-client's own parser reads back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.exporter.collector import (
+    AdmissionMetrics,
+    KvcapCollector,
+    PredictedCapacity,
+    SelfMetrics,
+    render_metrics,
+)
+from service.exporter.names import METRICS
+from service.live.manager import DeploymentObservation, LiveTarget, aggregate
+from service.live.parser import parse_vllm_metrics
+from service.live.schemas import parse_live_source
+from service.live.scraper import TargetResult
+
+KEY = ("llm", "chat")
+LABELS = {"namespace": "llm", "deployment": "chat"}
+
+
+@pytest.fixture(scope="module")
+def busy_text(shared_dir: Path) -> str:
+    return (shared_dir / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt").read_text()
+
+
+def result(url: str, text: str | None, *, reason: str | None = None) -> TargetResult:
+    metrics = parse_vllm_metrics(text) if text is not None else None
+    return TargetResult(
+        url=url,
+        ok=metrics is not None,
+        reason=None if metrics is not None else reason,  # type: ignore[arg-type]
+        duration_s=0.01,
+        metrics=metrics,
+        pod=url.split("//")[1].split("/")[0],
+    )
+
+
+def observe(results: list[TargetResult], errors: dict[str, int] | None = None) -> DeploymentObservation:
+    urls = [r.url for r in results]
+    target = LiveTarget(namespace="llm", name="chat", source=parse_live_source({"scrape_urls": urls}))
+    return aggregate(target, results, observed_at_s=1_767_225_600.0, duration_s=0.05, errors_total=errors)
+
+
+def prediction(**overrides: object) -> PredictedCapacity:
+    values: dict[str, object] = {
+        "num_gpu_blocks": 9000,
+        "num_gpu_blocks_uncalibrated": 9500,
+        "kv_cache_size_tokens": 1_152_000,
+        "max_concurrency": 562.5,
+        "max_num_seqs": 256,
+        "recommended_replicas": 3,
+        "replicas": 2,
+    }
+    values.update(overrides)
+    return PredictedCapacity(**values)  # type: ignore[arg-type]
+
+
+def registry_for(collector: KvcapCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def test_predictions_and_observations_become_labelled_gauges(busy_text: str) -> None:
+    odd = busy_text.replace('num_gpu_blocks="8192"', 'num_gpu_blocks="4096"')
+    observation = observe(
+        [
+            result("http://a:8000/metrics", busy_text),
+            result("http://b:8000/metrics", odd),
+            result("http://c:8000/metrics", busy_text),
+        ],
+        errors={"timeout": 2},
+    )
+    registry = registry_for(
+        KvcapCollector({KEY: prediction()}, {KEY: observation}, admission=AdmissionMetrics())
+    )
+
+    def value(name: str, **extra: str) -> float | None:
+        return registry.get_sample_value(name, {**LABELS, **extra})
+
+    assert value("kvcap_predicted_kv_cache_blocks") == 9000
+    assert value("kvcap_predicted_kv_cache_blocks_uncalibrated") == 9500
+    assert value("kvcap_predicted_kv_cache_tokens") == 1_152_000
+    assert value("kvcap_predicted_max_concurrency") == 562.5
+    assert value("kvcap_recommended_replicas") == 3
+    assert value("kvcap_deployment_replicas") == 2
+    assert value("kvcap_observed_kv_cache_blocks") == 8192
+    assert value("kvcap_observed_pod_kv_cache_blocks", pod="b:8000") == 4096
+    assert value("kvcap_observed_pod_kv_cache_blocks", pod="a:8000") == 8192
+    assert value("kvcap_observed_kv_cache_usage_ratio") == pytest.approx(0.009766817238432424)
+    assert value("kvcap_observed_pod_kv_cache_usage_ratio", pod="c:8000") == pytest.approx(
+        0.009766817238432424
+    )
+    assert value("kvcap_observed_requests_running") == 24
+    assert value("kvcap_observed_requests_waiting") == 0
+    assert value("kvcap_observed_preemptions_total") == 0
+    assert value("kvcap_observed_replicas") == 3
+    assert value("kvcap_target_up", target="http://a:8000/metrics") == 1
+    assert value("kvcap_scrape_duration_seconds") == 0.05
+    assert value("kvcap_scrape_errors_total", reason="timeout") == 2
+    assert value("kvcap_prediction_error_ratio") == pytest.approx(9000 / 8192 - 1)
+    # 24 requests against min(562.5, 256) × 3 replicas.
+    assert value("kvcap_capacity_headroom_ratio") == pytest.approx(1 - 24 / (256 * 3))
+
+
+def test_headroom_uses_the_kv_cache_limit_when_it_is_below_max_num_seqs(busy_text: str) -> None:
+    observation = observe([result("http://a:8000/metrics", busy_text)])
+    registry = registry_for(
+        KvcapCollector(
+            {KEY: prediction(max_concurrency=10.0)}, {KEY: observation}, admission=AdmissionMetrics()
+        )
+    )
+    assert registry.get_sample_value("kvcap_capacity_headroom_ratio", LABELS) == pytest.approx(1 - 8 / 10)
+
+
+def test_derived_ratios_are_omitted_without_observed_blocks_or_replicas() -> None:
+    observation = observe([result("http://a:8000/metrics", None, reason="timeout")])
+    registry = registry_for(
+        KvcapCollector({KEY: prediction()}, {KEY: observation}, admission=AdmissionMetrics())
+    )
+    assert registry.get_sample_value("kvcap_prediction_error_ratio", LABELS) is None
+    assert registry.get_sample_value("kvcap_capacity_headroom_ratio", LABELS) is None
+    assert registry.get_sample_value("kvcap_observed_kv_cache_blocks", LABELS) is None
+    assert registry.get_sample_value("kvcap_observed_replicas", LABELS) == 0
+    assert registry.get_sample_value("kvcap_target_up", {**LABELS, "target": "http://a:8000/metrics"}) == 0
+    assert registry.get_sample_value("kvcap_predicted_kv_cache_blocks", LABELS) == 9000
+
+
+def test_a_deployment_without_prediction_still_exports_what_was_observed(busy_text: str) -> None:
+    observation = observe([result("http://a:8000/metrics", busy_text)])
+    registry = registry_for(KvcapCollector({}, {KEY: observation}, admission=AdmissionMetrics()))
+    assert registry.get_sample_value("kvcap_observed_kv_cache_blocks", LABELS) == 8192
+    assert registry.get_sample_value("kvcap_prediction_error_ratio", LABELS) is None
+    assert registry.get_sample_value("kvcap_predicted_kv_cache_blocks", LABELS) is None
+
+
+def test_no_recommendation_means_no_recommended_replicas_series() -> None:
+    registry = registry_for(
+        KvcapCollector({KEY: prediction(recommended_replicas=None)}, {}, admission=AdmissionMetrics())
+    )
+    assert registry.get_sample_value("kvcap_recommended_replicas", LABELS) is None
+    assert registry.get_sample_value("kvcap_deployment_replicas", LABELS) == 2
+
+
+def test_self_metrics_and_admission_counters_are_exported() -> None:
+    admission = AdmissionMetrics()
+    admission.observe(verdict="allowed", kind="Deployment", duration_seconds=0.003)
+    admission.observe(verdict="denied", kind="Deployment", duration_seconds=0.02)
+    admission.observe(verdict="denied", kind="Deployment", duration_seconds=30.0)
+    self_metrics = SelfMetrics(
+        last_refresh_timestamp_seconds=1_767_225_600.0, refresh_duration_seconds=0.8, deployments_tracked=7
+    )
+    registry = registry_for(KvcapCollector({}, {}, self_metrics, admission))
+    get = registry.get_sample_value
+    assert get("kvcap_last_refresh_timestamp_seconds") == 1_767_225_600.0
+    assert get("kvcap_refresh_duration_seconds") == 0.8
+    assert get("kvcap_deployments_tracked") == 7
+    assert get("kvcap_admission_reviews_total", {"verdict": "denied", "kind": "Deployment"}) == 2
+    assert get("kvcap_admission_reviews_total", {"verdict": "allowed", "kind": "Deployment"}) == 1
+    assert get("kvcap_admission_review_duration_seconds_bucket", {"le": "0.005"}) == 1
+    assert get("kvcap_admission_review_duration_seconds_bucket", {"le": "0.025"}) == 2
+    assert get("kvcap_admission_review_duration_seconds_bucket", {"le": "+Inf"}) == 3
+    assert get("kvcap_admission_review_duration_seconds_count") == 3
+    assert get("kvcap_admission_review_duration_seconds_sum") == pytest.approx(30.023)
+
+
+def test_rendered_text_parses_back_and_declares_every_metric_in_names(busy_text: str) -> None:
+    observation = observe([result("http://a:8000/metrics", busy_text)], errors={"parse": 1})
+    body = render_metrics({KEY: prediction()}, {KEY: observation}, SelfMetrics(), AdmissionMetrics())
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    for spec in METRICS:
+        family_name = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
+        assert family_name in families, spec.name
+        assert families[family_name].type == spec.kind, spec.name
+        for sample in families[family_name].samples:
+            expected = set(spec.labels) | ({"le"} if sample.name.endswith("_bucket") else set())
+            assert set(sample.labels) == expected, (spec.name, sample.labels)
+    blocks = families["kvcap_observed_kv_cache_blocks"].samples
+    assert [(s.labels, s.value) for s in blocks] == [(LABELS, 8192.0)]
+
+
+def test_a_deployment_that_leaves_the_snapshot_stops_being_exported(busy_text: str) -> None:
+    observation = observe([result("http://a:8000/metrics", busy_text)])
+    first = render_metrics({}, {KEY: observation}, admission=AdmissionMetrics())
+    second = render_metrics({}, {}, admission=AdmissionMetrics())
+    assert b'deployment="chat"' in first
+    assert b'deployment="chat"' not in second
