@@ -38,25 +38,65 @@ def run() -> list[dict[str, Any]]:
     assert model is not None and gpu is not None
     single = PlanRequest(model=model.spec, gpu=gpu.spec, max_model_len=8192)
     one = _median_seconds(lambda: plan(single), repeat=200)
-    one_fast = _median_seconds(lambda: plan(PlanRequest(model=model.spec, gpu=gpu.spec, max_model_len=8192, suggest=False, detail=False)), repeat=200)
+    one_fast = _median_seconds(
+        lambda: plan(
+            PlanRequest(model=model.spec, gpu=gpu.spec, max_model_len=8192, suggest=False, detail=False)
+        ),
+        repeat=200,
+    )
 
-    models = [catalog.models[n].spec for n in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "gemma-3-27b", "mistral-7b-v0.1")]
+    models = [
+        catalog.models[n].spec
+        for n in ("llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "gemma-3-27b", "mistral-7b-v0.1")
+    ]
     gpus = [g.spec for g in catalog.gpus.values()][:10]
     configs = list(itertools.product(models, gpus, (1, 2, 4, 8), ("auto", "fp8"), (4096, 8192, 32768)))[:1000]
 
     def thousand() -> None:
         for m, g, tp, kv, length in configs:
-            plan(PlanRequest(model=m, gpu=g, tensor_parallel_size=tp, kv_cache_dtype=kv, max_model_len=length, suggest=False, detail=False))
+            plan(
+                PlanRequest(
+                    model=m,
+                    gpu=g,
+                    tensor_parallel_size=tp,
+                    kv_cache_dtype=kv,
+                    max_model_len=length,
+                    suggest=False,
+                    detail=False,
+                )
+            )
 
     sweep_1000 = _median_seconds(thousand, repeat=3)
     all_gpus = [g.spec for g in catalog.gpus.values()]
     workload = Workload(requests_per_second=5, prompt_tokens=1000, output_tokens=200, tpot_seconds=0.05)
-    catalog_sweep = _median_seconds(lambda: sweep(PlanRequest(model=model.spec), workload, all_gpus), repeat=5)
+    catalog_sweep = _median_seconds(
+        lambda: sweep(PlanRequest(model=model.spec), workload, all_gpus), repeat=5
+    )
     return [
-        {"name": "core plan (Llama-3.1-8B on H100, full detail)", "seconds": one, "baseline": None, "note": "one call"},
-        {"name": "core plan, verdict only (sweep mode)", "seconds": one_fast, "baseline": one, "note": "vs full detail"},
-        {"name": f"{len(configs)}-configuration sweep", "seconds": sweep_1000, "baseline": one_fast * len(configs), "note": "vs 1,000 × one plan (verdict only)"},
-        {"name": f"catalog sweep with recommendations ({len(all_gpus)} GPUs × TP × KV × quant)", "seconds": catalog_sweep, "baseline": one, "note": "vs one plan; bar: < 0.100 s"},
+        {
+            "name": "core plan (Llama-3.1-8B on H100, full detail)",
+            "seconds": one,
+            "baseline": None,
+            "note": "one call",
+        },
+        {
+            "name": "core plan, verdict only (sweep mode)",
+            "seconds": one_fast,
+            "baseline": one,
+            "note": "vs full detail",
+        },
+        {
+            "name": f"{len(configs)}-configuration sweep",
+            "seconds": sweep_1000,
+            "baseline": one_fast * len(configs),
+            "note": "vs 1,000 × one plan (verdict only)",
+        },
+        {
+            "name": f"catalog sweep with recommendations ({len(all_gpus)} GPUs × TP × KV × quant)",
+            "seconds": catalog_sweep,
+            "baseline": one,
+            "note": "vs one plan; bar: < 0.100 s",
+        },
     ]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 import socket
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 

@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 from service.app import create_app
 from service.catalog.builtin import load_builtin
 from service.catalog.snapshot import CatalogHolder, read_snapshot
-from service.deployments.service import DeploymentsHolder
 from service.db import migrate
 from service.db.session import create_engine as create_async_engine
+from service.deployments.service import DeploymentsHolder
 from service.settings import Settings, normalize_database_url, sync_database_url
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

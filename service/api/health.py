@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
-
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse

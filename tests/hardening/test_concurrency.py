@@ -40,17 +40,29 @@ async def live_client(database_url: str, engine: AsyncEngine) -> AsyncIterator[h
 
 
 def gpu_body(name: str) -> dict[str, object]:
-    return {"name": name, "vendor": "nvidia", "memory_bytes": 80 * 2**30, "memory_bandwidth_bytes_per_second": 2 * 10**12, "source": "test"}
+    return {
+        "name": name,
+        "vendor": "nvidia",
+        "memory_bytes": 80 * 2**30,
+        "memory_bandwidth_bytes_per_second": 2 * 10**12,
+        "source": "test",
+    }
 
 
-async def test_concurrent_patches_with_the_same_etag_let_exactly_one_win(live_client: httpx.AsyncClient) -> None:
+async def test_concurrent_patches_with_the_same_etag_let_exactly_one_win(
+    live_client: httpx.AsyncClient,
+) -> None:
     name = f"conc-{uuid.uuid4().hex[:8]}"
     created = await live_client.post("/v1/gpus", json=gpu_body(name))
     etag = created.headers["etag"]
     try:
         responses = await asyncio.gather(
             *(
-                live_client.patch(f"/v1/gpus/{name}", json={"notes": f"writer {i}", "price_per_hour_usd": float(i)}, headers={"If-Match": etag})
+                live_client.patch(
+                    f"/v1/gpus/{name}",
+                    json={"notes": f"writer {i}", "price_per_hour_usd": float(i)},
+                    headers={"If-Match": etag},
+                )
                 for i in range(N)
             )
         )
@@ -67,12 +79,19 @@ async def test_concurrent_patches_with_the_same_etag_let_exactly_one_win(live_cl
         await live_client.delete(f"/v1/gpus/{name}")
 
 
-async def test_concurrent_patches_without_if_match_never_lose_a_write_silently(live_client: httpx.AsyncClient) -> None:
+async def test_concurrent_patches_without_if_match_never_lose_a_write_silently(
+    live_client: httpx.AsyncClient,
+) -> None:
     name = f"conc-{uuid.uuid4().hex[:8]}"
     await live_client.post("/v1/gpus", json=gpu_body(name))
     try:
         responses = await asyncio.gather(
-            *(live_client.patch(f"/v1/gpus/{name}", json={"notes": f"writer {i}", "price_per_hour_usd": float(i)}) for i in range(N))
+            *(
+                live_client.patch(
+                    f"/v1/gpus/{name}", json={"notes": f"writer {i}", "price_per_hour_usd": float(i)}
+                )
+                for i in range(N)
+            )
         )
         codes = [r.status_code for r in responses]
         assert set(codes) <= {200, 409, 412}, codes
@@ -89,7 +108,9 @@ async def test_concurrent_patches_without_if_match_never_lose_a_write_silently(l
 async def test_concurrent_creates_of_one_name_let_exactly_one_win(live_client: httpx.AsyncClient) -> None:
     name = f"conc-{uuid.uuid4().hex[:8]}"
     try:
-        responses = await asyncio.gather(*(live_client.post("/v1/gpus", json=gpu_body(name) | {"notes": f"creator {i}"}) for i in range(N)))
+        responses = await asyncio.gather(
+            *(live_client.post("/v1/gpus", json=gpu_body(name) | {"notes": f"creator {i}"}) for i in range(N))
+        )
         codes = sorted(r.status_code for r in responses)
         assert codes.count(201) == 1, codes
         assert set(codes) == {201, 409}
@@ -101,13 +122,28 @@ async def test_concurrent_creates_of_one_name_let_exactly_one_win(live_client: h
 
 async def test_concurrent_deployment_patches_and_creates(live_client: httpx.AsyncClient) -> None:
     namespace, name = "conc", f"d-{uuid.uuid4().hex[:8]}"
-    body = {"namespace": namespace, "name": name, "model": "llama-3.1-8b", "gpu": "h100-sxm-80gb", "max_model_len": 8192}
+    body = {
+        "namespace": namespace,
+        "name": name,
+        "model": "llama-3.1-8b",
+        "gpu": "h100-sxm-80gb",
+        "max_model_len": 8192,
+    }
     try:
-        creates = await asyncio.gather(*(live_client.post("/v1/deployments", json=body | {"replicas": i + 1}) for i in range(N)))
+        creates = await asyncio.gather(
+            *(live_client.post("/v1/deployments", json=body | {"replicas": i + 1}) for i in range(N))
+        )
         assert sorted(r.status_code for r in creates).count(201) == 1
         etag = (await live_client.get(f"/v1/deployments/{namespace}/{name}")).headers["etag"]
         patches = await asyncio.gather(
-            *(live_client.patch(f"/v1/deployments/{namespace}/{name}", json={"replicas": 100 + i, "labels": {"writer": str(i)}}, headers={"If-Match": etag}) for i in range(N))
+            *(
+                live_client.patch(
+                    f"/v1/deployments/{namespace}/{name}",
+                    json={"replicas": 100 + i, "labels": {"writer": str(i)}},
+                    headers={"If-Match": etag},
+                )
+                for i in range(N)
+            )
         )
         codes = [r.status_code for r in patches]
         assert codes.count(200) == 1 and set(codes) <= {200, 409, 412}, codes
