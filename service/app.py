@@ -31,6 +31,7 @@ from service.live.coordination import Coordinator, PostgresCoordinator, SingleCo
 from service.live.manager import LiveManager
 from service.logs import configure_logging
 from service.planning.calibration import CalibrationHolder
+from service.planning.router import PlanCache
 from service.planning.router import router as planning_router
 from service.settings import Settings, get_settings
 
@@ -138,6 +139,7 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     )
     app.state.settings = settings
     app.state.admission_observer = admission_metrics
+    app.state.plan_cache = PlanCache()
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
     app.include_router(health_router)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Annotated, Protocol
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import ValidationError
@@ -101,11 +101,33 @@ def _observe(request: Request, *, verdict: str, kind: str, started: float) -> No
         logger.exception("admission observer failed")
 
 
+def _inline(schema: Any, defs: dict[str, Any]) -> Any:
+    """``schema`` with its ``$ref``s to ``$defs`` replaced by their targets (the models are not recursive)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline(defs[ref.removeprefix("#/$defs/")], defs)
+        return {key: _inline(value, defs) for key, value in schema.items() if key != "$defs"}
+    if isinstance(schema, list):
+        return [_inline(item, defs) for item in schema]
+    return schema
+
+
+_REVIEW_SCHEMA = AdmissionReview.model_json_schema()
+# The body is parsed by hand (a malformed review is a 400, not FastAPI's 422), so it is declared here for the
+# OpenAPI document and the schemathesis fuzz test.
+_REVIEW_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": _inline(_REVIEW_SCHEMA, _REVIEW_SCHEMA.get("$defs", {}))}},
+}
+
+
 @router.post(
     "/validate",
     summary="Validating admission webhook for vLLM workloads (AdmissionReview admission.k8s.io/v1)",
     response_model=AdmissionReviewResponse,
     responses={400: {"description": "the body is not an admission.k8s.io/v1 AdmissionReview"}},
+    openapi_extra={"requestBody": _REVIEW_BODY},
 )
 async def validate(request: Request, policy: PolicyDep) -> Response:
     """Pure computation over the in-memory catalog; HTTP 200 for every well-formed review."""

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -13,15 +14,66 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm.exc import StaleDataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from service.core.errors import CoreError
 from service.errors import ServiceError
 
 logger = logging.getLogger("kvcap.api")
+
+
+class FieldError(BaseModel):
+    loc: list[str | int] = Field(description='where the problem is, e.g. ["body", "max_model_len"]')
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response (4xx and 5xx)."""
+
+    error: str = Field(description="error name, e.g. NotFound, RequestValidationError, ServiceUnavailable")
+    detail: str = Field(description="what went wrong and what to do")
+    errors: list[FieldError] = Field(
+        default_factory=list, description="the fields at fault (present when specific fields are)"
+    )
+
+
+def document_error_shape(app: FastAPI) -> None:
+    """Declare ``ErrorBody`` for every 4xx/5xx response in the OpenAPI document.
+
+    FastAPI documents 422 as its own ``HTTPValidationError`` (``detail`` a list) and other declared errors
+    without a body; kvcap renders all of them as ``ErrorBody``, so the document says so. A response that
+    declares its own body (``/readyz``'s 503) keeps it.
+    """
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()
+        body = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(body.pop("$defs", {}))
+        components["ErrorBody"] = body
+        content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for status, response in operation.get("responses", {}).items():
+                    declared = json.dumps(response.get("content", {}))
+                    if status[0] in "45" and (declared == "{}" or "HTTPValidationError" in declared):
+                        response["content"] = content
+        for name in ("HTTPValidationError", "ValidationError"):
+            if f'"#/components/schemas/{name}"' not in json.dumps(schema):
+                components.pop(name, None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def error_body(error: str, detail: str, errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -56,7 +108,22 @@ def _clean(errors: list[Any]) -> list[dict[str, Any]]:
     return cleaned
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at the request's path (RFC 9110 §15.5.6).
+
+    Starlette answers 405 from the first route whose path matches and lists only that route's methods; kvcap
+    registers GET, PATCH and DELETE of one path as separate routes.
+    """
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] != Match.NONE:
+            methods |= route.methods
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    document_error_shape(app)
+
     @app.exception_handler(ServiceError)
     async def _service_error(_request: Request, exc: ServiceError) -> JSONResponse:
         return _json(exc.status_code, error_body(type(exc).__name__, exc.message, exc.errors), exc.headers)
@@ -108,12 +175,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return _json(500, error_body("InternalServerError", "an unexpected database error occurred"))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         names = {404: "NotFound", 405: "MethodNotAllowed", 406: "NotAcceptable", 413: "PayloadTooLarge"}
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": _allowed_methods(request)}
         return _json(
-            exc.status_code,
-            error_body(names.get(exc.status_code, "HTTPError"), str(exc.detail)),
-            getattr(exc, "headers", None),
+            exc.status_code, error_body(names.get(exc.status_code, "HTTPError"), str(exc.detail)), headers
         )
 
     @app.exception_handler(Exception)

@@ -11,14 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy import text
 
 router = APIRouter(tags=["health"])
 logger = logging.getLogger("kvcap.health")
+
+
+class CatalogState(BaseModel):
+    source: str
+    models: int
+    gpus: int
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "degraded", "not ready"]
+    database: Literal["ok", "unavailable", "not configured"]
+    catalog: CatalogState | None
 
 
 @router.get("/healthz", summary="Liveness")
@@ -27,7 +40,9 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get(
-    "/readyz", summary="Readiness (checks the database)", responses={503: {"description": "not ready"}}
+    "/readyz",
+    summary="Readiness (checks the database)",
+    responses={200: {"model": Readiness}, 503: {"model": Readiness, "description": "not ready"}},
 )
 async def readyz(
     request: Request,

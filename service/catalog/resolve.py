@@ -108,14 +108,30 @@ def resolve_model(snapshot: CatalogSnapshot, ref: str) -> ModelMatch | None:
     wanted = _core(_tokens(ref))
     if not wanted:
         return None
-    candidates: list[CatalogModel] = []
-    for model in snapshot.models.values():
-        keys = [model.name, *(k for k in (model.entry.hf_id,) if k), *model.entry.aliases]
-        if any(_core(_tokens(key)) == wanted for key in keys):
-            candidates.append(model)
+    candidates = _variant_index(snapshot).get(wanted, ())
     if len(candidates) == 1:
         return ModelMatch(candidates[0], quant, "variant")
     return None
+
+
+_INDEXES: dict[int, tuple[CatalogSnapshot, dict[tuple[str, ...], tuple[CatalogModel, ...]]]] = {}
+
+
+def _variant_index(snapshot: CatalogSnapshot) -> dict[tuple[str, ...], tuple[CatalogModel, ...]]:
+    """Core name tokens → models, built once per snapshot (snapshots are immutable and replaced whole)."""
+    cached = _INDEXES.get(id(snapshot))
+    if cached is not None and cached[0] is snapshot:
+        return cached[1]
+    index: dict[tuple[str, ...], list[CatalogModel]] = {}
+    for model in snapshot.models.values():
+        keys = {model.name, *(k for k in (model.entry.hf_id,) if k), *model.entry.aliases}
+        for core in {_core(_tokens(key)) for key in keys}:
+            index.setdefault(core, []).append(model)
+    frozen = {core: tuple(models) for core, models in index.items()}
+    if len(_INDEXES) >= 4:  # a few generations of the catalog at most
+        _INDEXES.clear()
+    _INDEXES[id(snapshot)] = (snapshot, frozen)
+    return frozen
 
 
 def resolve_gpu(snapshot: CatalogSnapshot, ref: str) -> CatalogGpu | None:

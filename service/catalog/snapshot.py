@@ -110,14 +110,16 @@ class CatalogHolder:
     def __init__(self, snapshot: CatalogSnapshot) -> None:
         self.snapshot = snapshot
         self.last_error: str | None = None
+        self.generation = 0  # bumped on every swap; caches of derived answers key on it
 
     def replace(self, snapshot: CatalogSnapshot) -> None:
         self.snapshot = snapshot
+        self.generation += 1
 
     async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> CatalogSnapshot:
         async with sessionmaker() as session:
             snapshot = await read_snapshot(session)
-        self.snapshot = snapshot
+        self.replace(snapshot)
         self.last_error = None
         return snapshot
 

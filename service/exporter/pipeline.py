@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from service.catalog.snapshot import CatalogSnapshot
+from service.catalog.snapshot import CatalogHolder, CatalogSnapshot
 from service.deployments.schemas import DeploymentPlan, DeploymentRead
 from service.deployments.service import deployment_plan
 from service.errors import ServiceError
@@ -57,13 +57,18 @@ class Predictions:
         self.capacities: Mapping[DeploymentKey, PredictedCapacity] = {}
 
     def update(
-        self, catalog: CatalogSnapshot, deployments: Sequence[DeploymentRead], calibrations: CalibrationHolder
+        self, holder: CatalogHolder, deployments: Sequence[DeploymentRead], calibrations: CalibrationHolder
     ) -> None:
+        catalog = holder.snapshot
         cache: dict[DeploymentKey, _Cached] = {}
-        generation = id(calibrations.by_key)
         for deployment in deployments:
             key = (deployment.namespace, deployment.name)
-            fingerprint = (deployment.version, deployment.updated_at, id(catalog), generation)
+            fingerprint = (
+                deployment.version,
+                deployment.updated_at,
+                holder.generation,
+                calibrations.generation,
+            )
             cached = self._cache.get(key)
             if cached is None or cached.fingerprint != fingerprint:
                 cached = _plan(deployment, catalog, calibrations, fingerprint)
@@ -159,11 +164,11 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
             by_name = {f"{d.namespace}/{d.name}": d for d in deployments}
             owned_names = await coordinator.owned(list(by_name))
             owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
-            predictions.update(app.state.catalog.snapshot, owned, app.state.calibrations)
+            predictions.update(app.state.catalog, owned, app.state.calibrations)
             await live.refresh(live_targets(owned))
             if await record_calibrations(app.state.sessionmaker, live.observations, predictions):
                 await app.state.calibrations.reload(app.state.sessionmaker)
-                predictions.update(app.state.catalog.snapshot, owned, app.state.calibrations)
+                predictions.update(app.state.catalog, owned, app.state.calibrations)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

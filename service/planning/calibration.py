@@ -70,6 +70,7 @@ class CalibrationHolder:
 
     def __init__(self, calibrations: dict[str, Calibration] | None = None) -> None:
         self.by_key: dict[str, Calibration] = calibrations or {}
+        self.generation = 0  # bumped on every reload; caches of plans key on it
 
     async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         async with sessionmaker() as session:
@@ -83,6 +84,7 @@ class CalibrationHolder:
             for row in rows
             if row.observations
         }
+        self.generation += 1
 
 
 def apply_calibration(plan: PlanResponse, holder: CalibrationHolder | None) -> PlanResponse:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from collections import OrderedDict
+
+from fastapi import APIRouter, Request, Response
 
 from service.catalog.snapshot import CatalogHolder
 from service.planning.recommendations import make_recommendation, make_sweep
@@ -30,11 +32,47 @@ def catalog_snapshot(request: Request) -> CatalogHolder:
     summary="Predict vLLM's KV-cache allocation and whether it will start",
     responses={422: {"description": "invalid settings, unknown model or GPU (the field is named)"}},
 )
-async def create_plan(request: Request, body: PlanRequestBody) -> PlanResponse:
-    """Pure computation over the in-memory catalog: never touches the database."""
-    return make_plan(
-        catalog_snapshot(request).snapshot, body, getattr(request.app.state, "calibrations", None)
-    )
+async def create_plan(request: Request, body: PlanRequestBody) -> Response:
+    """Pure computation over the in-memory catalog: never touches the database.
+
+    The response is serialised once (not re-validated against the response model) and kept in a small cache:
+    a plan is a pure function of the request and of the in-memory catalog and calibrations.
+    """
+    holder = catalog_snapshot(request)
+    snapshot = holder.snapshot
+    calibrations = getattr(request.app.state, "calibrations", None)
+    cache: PlanCache | None = getattr(request.app.state, "plan_cache", None)
+    key = (body.model_dump_json(), holder.generation, calibrations.generation if calibrations else 0)
+    cached = cache.get(key) if cache is not None else None
+    if cached is None:
+        cached = make_plan(snapshot, body, calibrations).model_dump_json().encode()
+        if cache is not None:
+            cache.put(key, cached)
+    return Response(cached, media_type="application/json")
+
+
+class PlanCache:
+    """The last few hundred plan responses, keyed by the canonical request and the catalog/calibration versions.
+
+    Repeated requests (pipelines re-checking manifests, dashboards polling) are answered from here; a reloaded
+    catalog or new calibrations are new objects with new identities, so their plans are computed afresh.
+    """
+
+    def __init__(self, capacity: int = 512) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+
+    def get(self, key: tuple[str, int, int]) -> bytes | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: tuple[str, int, int], value: bytes) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
 
 
 @router.post(

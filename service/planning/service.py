@@ -115,21 +115,12 @@ def build_request(
 _INTERNAL_FIELDS = frozenset({"layout", "in_flight_tokens", "state_pages"})
 
 
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
-        return [dataclasses.asdict(item) for item in value]
-    return value
-
-
 def to_response(result: CapacityPlan, *, model: Subject, gpu: Subject | None) -> PlanResponse:
+    """Validate the core's dataclasses straight into the response models (attribute access, no deep copies)."""
     data = {
-        f.name: _plain(getattr(result, f.name))
-        for f in dataclasses.fields(result)
-        if f.name not in _INTERNAL_FIELDS
+        f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name not in _INTERNAL_FIELDS
     }
-    return PlanResponse.model_validate({**data, "model": model, "gpu": gpu})
+    return PlanResponse.model_validate({**data, "model": model, "gpu": gpu}, from_attributes=True)
 
 
 def make_plan(

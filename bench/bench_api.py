@@ -1,0 +1,102 @@
+"""``POST /v1/plans`` latency against a bare FastAPI endpoint served the same way in the same run.
+
+Both apps run in this process under uvicorn on loopback; the load comes from a child process (the raw asyncio
+HTTP/1.1 client of ``bench.bench_admission``) at a steady rate, so the two rows differ only in the handler.
+Two plan rows: requests rotating through six configurations (after the first round they are answered from
+the plan cache, as repeated pipeline checks and dashboard polls are), and requests that each ask for a
+configuration never planned before (resolving names, the planner, validation and serialising the response).
+
+Run: ``python -m bench.bench_api [--rate 100] [--seconds 8]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from bench.bench_admission import STOPPED_POSTGRES, bare_app, drive, serve
+from service.app import create_app
+from service.settings import Settings
+
+PLANS: list[dict[str, Any]] = [
+    {"model": "meta-llama/Llama-3.1-8B-Instruct", "gpu": "NVIDIA-H100-80GB-HBM3", "max_model_len": 32768},
+    {"model": "llama-3.1-70b", "gpu": "h100-sxm-80gb", "tensor_parallel_size": 4, "kv_cache_dtype": "fp8"},
+    {"model": "gemma-3-27b", "gpu": "l40s", "max_model_len": 16384},
+    {"model": "Qwen/Qwen2.5-72B-Instruct-AWQ", "gpu": "a100-sxm4-80gb", "max_model_len": 8192},
+    {"model": "qwen3-30b-a3b", "gpu": "h200", "engine": "vllm-0.19"},
+    {"model": "mistral-7b-v0.1", "gpu": "l4", "max_model_len": 8192},
+]
+
+
+def plan_body(i: int, _unused: list[dict[str, Any]]) -> dict[str, Any]:
+    return PLANS[i % len(PLANS)]
+
+
+def new_plan_body(i: int, _unused: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every request a configuration never planned before (a different context length), so nothing is cached."""
+    return {**PLANS[i % len(PLANS)], "max_model_len": 2048 + i}
+
+
+def _load(url: str, rate: float, seconds: float, fresh: bool = False) -> dict[str, Any]:
+    make = new_plan_body if fresh else plan_body
+    return asyncio.run(drive(url, make, [], rate=rate, seconds=seconds, client="raw"))
+
+
+def run(*, rate: float = 100.0, seconds: float = 8.0) -> list[dict[str, Any]]:
+    app = create_app(Settings(database_url=STOPPED_POSTGRES, scrape_enabled=False, log_level="WARNING"))
+    rows = []
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        with serve(app) as base:
+            plans = pool.submit(_load, f"{base}/v1/plans", rate, seconds).result()
+            fresh = pool.submit(_load, f"{base}/v1/plans", rate, seconds, True).result()
+        with serve(bare_app()) as base:
+            bare = pool.submit(_load, f"{base}/bare", rate, seconds).result()
+    rows.append(
+        {
+            "name": "POST /v1/plans (repeated requests)",
+            **plans,
+            "baseline_p50_ms": bare["p50_ms"],
+            "baseline_p99_ms": bare["p99_ms"],
+        }
+    )
+    rows.append(
+        {
+            "name": "POST /v1/plans (every request new)",
+            **fresh,
+            "baseline_p50_ms": bare["p50_ms"],
+            "baseline_p99_ms": bare["p99_ms"],
+        }
+    )
+    rows.append(
+        {
+            "name": "bare FastAPI endpoint",
+            **bare,
+            "baseline_p50_ms": bare["p50_ms"],
+            "baseline_p99_ms": bare["p99_ms"],
+        }
+    )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = run(rate=args.rate, seconds=args.seconds)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        print(
+            f"{row['name']:<38} p50 {row['p50_ms']:7.3f} ms ({row['p50_ms'] / row['baseline_p50_ms']:.2f}× bare)  "
+            f"p99 {row['p99_ms']:7.3f} ms ({row['p99_ms'] / row['baseline_p99_ms']:.2f}× bare)  errors {row['errors']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
