@@ -1,6 +1,6 @@
 """Core benchmarks: one plan, a 1,000-configuration sweep, and a recommendation sweep over the catalog.
 
-Each figure is printed with a baseline measured in the same run, because these machines are noisy:
+Each figure is CPU time (see ``_median_seconds``) printed with a baseline measured in the same run:
 
 - a 1,000-configuration sweep (model × GPU × TP × KV dtype × context) against 1,000 × the time of one plan;
 - a full catalog sweep (every GPU × TP × KV dtype × quantisation, with recommendations) for one model and
@@ -23,11 +23,13 @@ from service.core.recommend import Workload, sweep
 
 
 def _median_seconds(fn: Callable[[], Any], *, repeat: int) -> float:
+    """Median CPU time of this process per call: the core is single-threaded pure Python, so CPU time is its
+    cost, and unlike wall time it does not grow when other processes share the machine's two cores."""
     samples = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        samples.append(time.perf_counter() - start)
+        samples.append(time.process_time() - start)
     return statistics.median(samples)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from math import prod
 
 from service.core.dtypes import MODEL_DTYPE_BYTES, KvCacheDtype, normalize_model_dtype
@@ -132,6 +133,7 @@ def state_bytes(state: StateSpec, *, tensor_parallel_size: int, model_dtype: str
 SpecCounts = list[tuple["LayerKvSpec", int]]
 
 
+@lru_cache(maxsize=4096)
 def layer_spec_counts(
     model: ModelSpec,
     *,
@@ -141,7 +143,7 @@ def layer_spec_counts(
     layers: range | None = None,
     mla_dtype_bytes_override: int | None = None,
     model_dtype: str | None = None,
-) -> SpecCounts:
+) -> tuple[tuple[LayerKvSpec, int], ...]:
     """Distinct ``LayerKvSpec`` of a rank's cached layers with how many layers use each.
 
     ``layers`` is the index range a pipeline stage owns. Layers that read another layer's KV
@@ -153,22 +155,24 @@ def layer_spec_counts(
     end = min(span.stop, model.num_hidden_layers - model.num_kv_shared_layers)
     kinds = Counter(model.resolved_layer_types[span.start : end])
     element = kv_dtype.bytes_per_element(model_dtype or model.torch_dtype)
-    return [
-        (
-            _layer_spec(
-                model,
-                kind,
-                kv_dtype=kv_dtype,
-                element=element,
-                block_size=block_size,
-                tensor_parallel_size=tensor_parallel_size,
-                mla_dtype_bytes_override=mla_dtype_bytes_override,
-            ),
-            count,
-        )
-        for kind, count in kinds.items()
-        if count
-    ]
+    return tuple(
+        [
+            (
+                _layer_spec(
+                    model,
+                    kind,
+                    kv_dtype=kv_dtype,
+                    element=element,
+                    block_size=block_size,
+                    tensor_parallel_size=tensor_parallel_size,
+                    mla_dtype_bytes_override=mla_dtype_bytes_override,
+                ),
+                count,
+            )
+            for kind, count in kinds.items()
+            if count
+        ]
+    )
 
 
 def layer_specs(
@@ -269,7 +273,8 @@ class KvLayout:
         object.__setattr__(self, "groups_per_spec", tuple(counts.items()))
 
 
-def group_layers(counts: SpecCounts, *, uniform_ratio: float = 1.25) -> KvLayout:
+@lru_cache(maxsize=4096)
+def group_layers(counts: tuple[tuple[LayerKvSpec, int], ...], *, uniform_ratio: float = 1.25) -> KvLayout:
     """Bucket equal specs and cut the buckets into equal-size groups (``_get_kv_cache_groups_uniform_page_size``).
 
     ``group_size`` is the smallest bucket, or the largest when every bucket is within ``uniform_ratio`` of the

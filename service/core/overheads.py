@@ -271,6 +271,7 @@ def estimate_cudagraph(
     )
 
 
+@lru_cache(maxsize=4096)
 def estimate_overheads(
     model: ModelSpec,
     *,

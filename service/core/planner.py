@@ -16,7 +16,7 @@ and then vLLM's start-up checks: weights must fit, some memory must be left for 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
 from service.core.engines import EngineProfile, resolve_engine
@@ -234,6 +234,24 @@ def projection_counts(prompt_tokens: int, output_tokens: int) -> Projections:
     )
 
 
+def with_changes(request: PlanRequest, **changes: object) -> PlanRequest:
+    """``dataclasses.replace`` for ``PlanRequest`` without re-running ``__init__`` (sweeps make thousands).
+
+    ``PlanRequest`` has no ``__post_init__``, so filling a new instance's slots directly gives the same value
+    several times faster than ``replace`` or ``copy.copy`` (both go through the dataclass machinery).
+    """
+    unknown = set(changes) - set(_PLAN_REQUEST_FIELDS)
+    if unknown:
+        raise TypeError(f"PlanRequest has no field(s) {sorted(unknown)}")
+    clone = object.__new__(PlanRequest)
+    for name in _PLAN_REQUEST_FIELDS:
+        object.__setattr__(clone, name, changes[name] if name in changes else getattr(request, name))
+    return clone
+
+
+_PLAN_REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
+
+
 # --- defaults ------------------------------------------------------------------------------------------------
 
 
@@ -336,13 +354,15 @@ def _stage_specs(
     dtype: str,
 ) -> tuple[SpecCounts, list[str]]:
     notes: list[str] = []
-    counts = layer_spec_counts(
-        model,
-        kv_dtype=kv_dtype,
-        block_size=block_size,
-        tensor_parallel_size=tp,
-        layers=layers,
-        model_dtype=dtype,
+    counts: SpecCounts = list(
+        layer_spec_counts(
+            model,
+            kv_dtype=kv_dtype,
+            block_size=block_size,
+            tensor_parallel_size=tp,
+            layers=layers,
+            model_dtype=dtype,
+        )
     )
     present = {spec.kind for spec, _ in counts}
     if engine.v0:
@@ -561,7 +581,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
         if note:
             stage_notes.append(note)
         # Before 0.12 the smallest bucket always set the group size (a ratio of 1 never picks the largest).
-        layout = group_layers(specs, uniform_ratio=engine.group_size_ratio or 1.0)
+        layout = group_layers(tuple(specs), uniform_ratio=engine.group_size_ratio or 1.0)
         overheads = estimate_overheads(
             model,
             engine=engine,
@@ -681,11 +701,12 @@ def plan(request: PlanRequest) -> CapacityPlan:
         return lo
 
     search_limit = derived_len or max_len
+    requested_fits = bool(blocks > 0 and max_len and fits_length(max_len))
     # The largest length that fits is a search; verdict-only plans (sweeps) skip it unless it decides the length.
     if request.detail or request.max_model_len_auto:
         max_len_fits = largest_fitting(search_limit)
     else:
-        max_len_fits = max_len if blocks > 0 and max_len and fits_length(max_len) else 0
+        max_len_fits = max_len if requested_fits else 0
     if request.max_model_len_auto:
         if max_len_fits == 0:
             messages.append(
@@ -767,7 +788,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
                 text="No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
             )
         )
-    if blocks > 0 and max_len and not fits_length(max_len) and not request.max_model_len_auto:
+    if blocks > 0 and max_len and not requested_fits and not request.max_model_len_auto:
         messages.append(
             Message(
                 level="error",

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from service.core.dtypes import MODEL_DTYPE_BYTES
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
-from service.core.planner import CapacityPlan, PlanRequest, batch_defaults, plan
+from service.core.planner import CapacityPlan, PlanRequest, batch_defaults, plan, with_changes
 from service.core.specs import GpuSpec
 from service.core.throughput import decode_step_seconds, max_batch_within_tpot, prefill_seconds
 from service.core.units import fmt_int
@@ -132,7 +132,7 @@ def evaluate(request: PlanRequest, workload: Workload) -> Option:
         "max_model_len": max_len,
     }
     try:
-        result = plan(replace(request, max_model_len=max_len, suggest=False, detail=False))
+        result = plan(with_changes(request, max_model_len=max_len, suggest=False, detail=False))
     except InvalidSpec as exc:
         return _rejected(base, "does not fit", [str(exc)], default_mns=0)
     engine_default_mns, _ = batch_defaults(
@@ -389,7 +389,7 @@ def recommend(
     handful of requests can need many times the GPUs); the reasons then say so.
     """
     sizes = list(tensor_parallel_sizes or tp_candidates(request.model.num_attention_heads))
-    options = [evaluate(replace(request, tensor_parallel_size=tp), workload) for tp in sorted(sizes)]
+    options = [evaluate(with_changes(request, tensor_parallel_size=tp), workload) for tp in sorted(sizes)]
     feasible = [o for o in options if o.feasible]
     if not feasible:
         return None, options
@@ -485,7 +485,7 @@ def sweep(
                         continue
                     options.append(
                         evaluate(
-                            replace(
+                            with_changes(
                                 request,
                                 gpu=gpu,
                                 tensor_parallel_size=tp,

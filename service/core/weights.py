@@ -24,6 +24,7 @@ Worked check: Llama-3.1-8B, 8,030,261,248 parameters × 2 B = 14.96 GiB; vLLM lo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.errors import InvalidSpec
@@ -167,6 +168,7 @@ def pipeline_partition(num_layers: int, pipeline_parallel_size: int) -> list[tup
     return ranges
 
 
+@lru_cache(maxsize=4096)
 def weight_shares(
     model: ModelSpec,
     *,
@@ -175,7 +177,7 @@ def weight_shares(
     pipeline_parallel_size: int = 1,
     dtype: str | None = None,
     compute_capability: str | None = None,
-) -> list[WeightShare]:
+) -> tuple[WeightShare, ...]:
     """Bytes of weights one GPU holds, per pipeline stage (see module docstring).
 
     ``compute_capability`` picks the MXFP4 expert layout of the kernel backend vLLM uses on that GPU.
@@ -243,4 +245,4 @@ def weight_shares(
                 replicated_bytes=int(replicated),
             )
         )
-    return shares
+    return tuple(shares)

@@ -1,0 +1,73 @@
+"""``make bench``: every benchmark in one table of ratios against baselines measured in the same run.
+
+Absolute times on a shared 2-core machine wander; ratios against a baseline taken a moment before under the
+same conditions do not, so every row says what it is compared with. No test asserts a time.
+
+    python -m bench [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import sys
+from dataclasses import dataclass
+
+from bench import bench_admission, bench_api, bench_core, bench_live
+
+
+@dataclass(frozen=True)
+class Row:
+    benchmark: str
+    value: str
+    baseline: str
+    ratio: float | None
+    target: str = ""
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.3f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="kvcap benchmarks")
+    parser.add_argument("--quick", action="store_true", help="shorter load phases (less stable p99s)")
+    args = parser.parse_args()
+    seconds = 4.0 if args.quick else 8.0
+    rows: list[Row] = []
+
+    api = {r["name"]: r for r in bench_api.run(rate=100.0, seconds=seconds)}
+    bare = api["bare FastAPI endpoint"]
+    for name in ("POST /v1/plans (repeated requests)", "POST /v1/plans (every request new)"):
+        r = api[name]
+        rows.append(Row(f"{name} p50", f"{r['p50_ms']:.3f} ms", f"bare endpoint {bare['p50_ms']:.3f} ms", r["p50_ms"] / bare["p50_ms"], "≤ 1.5×"))
+        rows.append(Row(f"{name} p99", f"{r['p99_ms']:.3f} ms", f"bare endpoint {bare['p99_ms']:.3f} ms", r["p99_ms"] / bare["p99_ms"]))
+
+    for r in bench_core.run():
+        ratio = r["seconds"] / r["baseline"] if r["baseline"] else None
+        rows.append(Row(r["name"], _ms(r["seconds"]), r["note"], ratio, "< 100 ms" if "catalog sweep" in r["name"] else ""))
+
+    admission = {r["name"]: r for r in bench_admission.run(rate=200.0, seconds=seconds)}
+    bare_hook = admission["bare FastAPI endpoint"]
+    for name in ("webhook, recorded reviews", "webhook, every review a new plan"):
+        r = admission[name]
+        rows.append(Row(f"{name} p99 @200 rps (database stopped)", f"{r['p99_ms']:.3f} ms", f"bare endpoint {bare_hook['p99_ms']:.3f} ms", r["p99_vs_bare"], "p99 < 10 ms"))
+
+    for name, seconds_taken, note in bench_live.run():
+        rows.append(Row(name, _ms(seconds_taken), note, None))
+
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rows.append(Row("peak RSS of this process (servers, catalog, 1,000 deployments)", f"{peak_kib / 1024:,.0f} MiB", "", None))
+
+    width = max(len(r.benchmark) for r in rows)
+    print(f"{'benchmark':<{width}}  {'value':>14}  {'ratio':>8}  {'target':<12}  baseline")
+    print("-" * (width + 60))
+    for r in rows:
+        ratio = f"{r.ratio:.2f}×" if r.ratio is not None and math.isfinite(r.ratio) else "–"
+        print(f"{r.benchmark:<{width}}  {r.value:>14}  {ratio:>8}  {r.target:<12}  {r.baseline}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
