@@ -94,7 +94,7 @@ def _allreduce_seconds(model: ModelSpec, gpu: GpuSpec, *, tp: int, tokens: int, 
     return 2 * model.num_hidden_layers * per_call
 
 
-def decode_step_seconds(
+def _decode_terms(
     model: ModelSpec,
     gpu: GpuSpec,
     *,
@@ -102,52 +102,11 @@ def decode_step_seconds(
     kv_bytes_per_token: int,
     batch: int,
     context_tokens: int,
-    tensor_parallel_size: int = 1,
-    dtype_bytes: int = 2,
-    fp8_compute: bool = False,
-) -> float:
-    """``decode_step(...).seconds`` without building the explanation (for searches over the batch size)."""
-    bandwidth = gpu.memory_bandwidth_bytes_per_second or 0
-    if batch < 1 or not bandwidth:
-        return decode_step(
-            model,
-            gpu,
-            weights_bytes=weights_bytes,
-            kv_bytes_per_token=kv_bytes_per_token,
-            batch=batch,
-            context_tokens=context_tokens,
-        ).seconds
-    bytes_read = decode_bytes_read(
-        model,
-        weights_bytes=weights_bytes,
-        kv_bytes_per_token=kv_bytes_per_token,
-        batch=batch,
-        context_tokens=context_tokens,
-    )
-    memory = bytes_read / (bandwidth * DECODE_BANDWIDTH_EFFICIENCY)
-    peak = (gpu.fp8_dense_flops_per_second if fp8_compute else None) or gpu.bf16_dense_flops_per_second
-    compute = (
-        2.0 * _active_parameters(model) * batch / tensor_parallel_size / (peak * PREFILL_COMPUTE_EFFICIENCY)
-        if peak
-        else 0.0
-    )
-    comm = _allreduce_seconds(model, gpu, tp=tensor_parallel_size, tokens=batch, dtype_bytes=dtype_bytes)
-    return max(memory, compute) + comm + STEP_OVERHEAD_SECONDS
-
-
-def decode_step(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    *,
-    weights_bytes: int,
-    kv_bytes_per_token: int,
-    batch: int,
-    context_tokens: int,
-    tensor_parallel_size: int = 1,
-    dtype_bytes: int = 2,
-    fp8_compute: bool = False,
-) -> StepEstimate:
-    """Time of one decode step (= time per output token) at ``batch`` sequences of ``context_tokens`` each."""
+    tensor_parallel_size: int,
+    dtype_bytes: int,
+    fp8_compute: bool,
+) -> tuple[int, float, float, float, float]:
+    """(bytes read, memory seconds, FLOPs, compute seconds, all-reduce seconds) of one decode step."""
     if batch < 1:
         raise InvalidSpec("must be ≥ 1", field="batch")
     if not gpu.memory_bandwidth_bytes_per_second:
@@ -166,7 +125,62 @@ def decode_step(
     flops = 2.0 * _active_parameters(model) * batch / tensor_parallel_size
     compute = flops / (peak * PREFILL_COMPUTE_EFFICIENCY) if peak else 0.0
     comm = _allreduce_seconds(model, gpu, tp=tensor_parallel_size, tokens=batch, dtype_bytes=dtype_bytes)
+    return bytes_read, memory, flops, compute, comm
+
+
+def decode_step_seconds(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    weights_bytes: int,
+    kv_bytes_per_token: int,
+    batch: int,
+    context_tokens: int,
+    tensor_parallel_size: int = 1,
+    dtype_bytes: int = 2,
+    fp8_compute: bool = False,
+) -> float:
+    """``decode_step(...).seconds`` without building the explanation (for searches over the batch size)."""
+    _, memory, _, compute, comm = _decode_terms(
+        model,
+        gpu,
+        weights_bytes=weights_bytes,
+        kv_bytes_per_token=kv_bytes_per_token,
+        batch=batch,
+        context_tokens=context_tokens,
+        tensor_parallel_size=tensor_parallel_size,
+        dtype_bytes=dtype_bytes,
+        fp8_compute=fp8_compute,
+    )
+    return max(memory, compute) + comm + STEP_OVERHEAD_SECONDS
+
+
+def decode_step(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    *,
+    weights_bytes: int,
+    kv_bytes_per_token: int,
+    batch: int,
+    context_tokens: int,
+    tensor_parallel_size: int = 1,
+    dtype_bytes: int = 2,
+    fp8_compute: bool = False,
+) -> StepEstimate:
+    """Time of one decode step (= time per output token) at ``batch`` sequences of ``context_tokens`` each."""
+    bytes_read, memory, flops, compute, comm = _decode_terms(
+        model,
+        gpu,
+        weights_bytes=weights_bytes,
+        kv_bytes_per_token=kv_bytes_per_token,
+        batch=batch,
+        context_tokens=context_tokens,
+        tensor_parallel_size=tensor_parallel_size,
+        dtype_bytes=dtype_bytes,
+        fp8_compute=fp8_compute,
+    )
     seconds = max(memory, compute) + comm + STEP_OVERHEAD_SECONDS
+    assert gpu.memory_bandwidth_bytes_per_second is not None
     return StepEstimate(
         seconds=seconds,
         memory_seconds=memory,
