@@ -9,6 +9,7 @@ Per-token-head quantised modes keep one fp32 scale for K and one for V per KV he
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from service.core.errors import InvalidSpec
 
@@ -86,6 +87,7 @@ _KV_ALIASES: dict[str, str] = {
 }
 
 
+@lru_cache(maxsize=256)
 def resolve_kv_cache_dtype(value: str | None, *, field: str = "kv_cache_dtype") -> KvCacheDtype:
     """The ``KvCacheDtype`` for a ``--kv-cache-dtype`` value (``None`` → ``auto``)."""
     if value is None:

@@ -9,7 +9,7 @@ raw config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
@@ -116,11 +116,16 @@ class ModelSpec:
     # Derived once in __post_init__ (read in the planner's inner loops).
     _kinds: tuple[LayerType, ...] = field(init=False, repr=False, compare=False, default=())
     _uses_mla: bool = field(init=False, repr=False, compare=False, default=False)
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         resolved = self.layer_types or (LayerType.FULL,) * self.num_hidden_layers
         object.__setattr__(self, "_kinds", resolved)
         object.__setattr__(self, "_uses_mla", LayerType.MLA in resolved)
+        # Specs key the planner's memoised terms; hash the compared fields once instead of on every lookup.
+        object.__setattr__(
+            self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
+        )
         _require_positive(
             num_hidden_layers=self.num_hidden_layers,
             hidden_size=self.hidden_size,
@@ -164,6 +169,9 @@ class ModelSpec:
             raise InvalidSpec("mamba/linear_attention layers need a state spec", field="state")
         if not 0 <= self.num_kv_shared_layers < self.num_hidden_layers:
             raise InvalidSpec("must be between 0 and num_hidden_layers - 1", field="num_kv_shared_layers")
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def resolved_layer_types(self) -> tuple[LayerType, ...]:

@@ -92,6 +92,7 @@ _QUANT_ALIASES = {
 }
 
 
+@lru_cache(maxsize=256)
 def resolve_quantization(value: str | None, *, native: str | None = None) -> QuantScheme | None:
     """The scheme for ``--quantization`` (``None`` → the checkpoint's own, if any; ``none`` → unquantised)."""
     if value is None:
