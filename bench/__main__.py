@@ -41,24 +41,62 @@ def main() -> None:
     bare = api["bare FastAPI endpoint"]
     for name in ("POST /v1/plans (repeated requests)", "POST /v1/plans (every request new)"):
         r = api[name]
-        rows.append(Row(f"{name} p50", f"{r['p50_ms']:.3f} ms", f"bare endpoint {bare['p50_ms']:.3f} ms", r["p50_ms"] / bare["p50_ms"], "≤ 1.5×"))
-        rows.append(Row(f"{name} p99", f"{r['p99_ms']:.3f} ms", f"bare endpoint {bare['p99_ms']:.3f} ms", r["p99_ms"] / bare["p99_ms"]))
+        rows.append(
+            Row(
+                f"{name} p50",
+                f"{r['p50_ms']:.3f} ms",
+                f"bare endpoint {bare['p50_ms']:.3f} ms",
+                r["p50_ms"] / bare["p50_ms"],
+                "≤ 1.5×",
+            )
+        )
+        rows.append(
+            Row(
+                f"{name} p99",
+                f"{r['p99_ms']:.3f} ms",
+                f"bare endpoint {bare['p99_ms']:.3f} ms",
+                r["p99_ms"] / bare["p99_ms"],
+            )
+        )
 
     for r in bench_core.run():
         ratio = r["seconds"] / r["baseline"] if r["baseline"] else None
-        rows.append(Row(r["name"], _ms(r["seconds"]), r["note"], ratio, "< 100 ms" if "catalog sweep" in r["name"] else ""))
+        rows.append(
+            Row(
+                r["name"],
+                _ms(r["seconds"]),
+                r["note"],
+                ratio,
+                "< 100 ms" if "catalog sweep" in r["name"] else "",
+            )
+        )
 
     admission = {r["name"]: r for r in bench_admission.run(rate=200.0, seconds=seconds)}
     bare_hook = admission["bare FastAPI endpoint"]
     for name in ("webhook, recorded reviews", "webhook, every review a new plan"):
         r = admission[name]
-        rows.append(Row(f"{name} p99 @200 rps (database stopped)", f"{r['p99_ms']:.3f} ms", f"bare endpoint {bare_hook['p99_ms']:.3f} ms", r["p99_vs_bare"], "p99 < 10 ms"))
+        rows.append(
+            Row(
+                f"{name} p99 @200 rps (database stopped)",
+                f"{r['p99_ms']:.3f} ms",
+                f"bare endpoint {bare_hook['p99_ms']:.3f} ms",
+                r["p99_vs_bare"],
+                "p99 < 10 ms",
+            )
+        )
 
     for name, seconds_taken, note in bench_live.run():
         rows.append(Row(name, _ms(seconds_taken), note, None))
 
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rows.append(Row("peak RSS of this process (servers, catalog, 1,000 deployments)", f"{peak_kib / 1024:,.0f} MiB", "", None))
+    rows.append(
+        Row(
+            "peak RSS of this process (servers, catalog, 1,000 deployments)",
+            f"{peak_kib / 1024:,.0f} MiB",
+            "",
+            None,
+        )
+    )
 
     width = max(len(r.benchmark) for r in rows)
     print(f"{'benchmark':<{width}}  {'value':>14}  {'ratio':>8}  {'target':<12}  baseline")

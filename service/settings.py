@@ -12,7 +12,7 @@ import json
 from functools import lru_cache
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./kvcap.db"
@@ -122,14 +122,25 @@ class Settings(BaseSettings):
                     raise ValueError(f"{entry!r} is not a valid CIDR: {exc}") from None
         return value
 
+    @model_validator(mode="after")
+    def _keep_only_digests(self) -> Settings:
+        """Fold plaintext ``api_tokens`` into ``api_token_sha256`` and drop them: once loaded, the settings
+        (and everything that logs, dumps or copies them) hold no token in plaintext."""
+        if self.api_tokens:
+            plain = {hash_token(token.get_secret_value()) for token in self.api_tokens}
+            # frozen model: set once, during validation
+            object.__setattr__(self, "api_token_sha256", sorted(set(self.api_token_sha256) | plain))
+            object.__setattr__(self, "api_tokens", [])
+        return self
+
     @property
     def token_hashes(self) -> frozenset[str]:
-        """Every accepted token as a SHA-256 digest; plaintext tokens are hashed once here."""
-        return frozenset(self.api_token_sha256) | {hash_token(t.get_secret_value()) for t in self.api_tokens}
+        """Every accepted token as a SHA-256 digest (plaintext tokens were hashed at load)."""
+        return frozenset(self.api_token_sha256)
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.api_tokens or self.api_token_sha256)
+        return bool(self.api_token_sha256)
 
 
 @lru_cache

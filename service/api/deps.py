@@ -40,7 +40,9 @@ SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 # Declares the scheme in the OpenAPI document (``securitySchemes.bearer``, and ``security`` on every write) so
 # clients and the schemathesis fuzz test know which operations need a token; the check itself is below.
-bearer_scheme = HTTPBearer(auto_error=False, scheme_name="bearer", description="a token from KVCAP_API_TOKENS")
+bearer_scheme = HTTPBearer(
+    auto_error=False, scheme_name="bearer", description="a token from KVCAP_API_TOKENS"
+)
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, Operation
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm.exc import StaleDataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match, Route
+from starlette.routing import compile_path
 
 from service.core.errors import CoreError
 from service.errors import ServiceError
@@ -53,11 +53,11 @@ def document_error_shape(app: FastAPI) -> None:
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = generate()
-        body = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+        schema = generate()  # FastAPI's own cache: the same dict until the routes change
         components = schema.setdefault("components", {}).setdefault("schemas", {})
+        if "ErrorBody" in components:
+            return schema
+        body = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
         components.update(body.pop("$defs", {}))
         components["ErrorBody"] = body
         content = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
@@ -70,7 +70,6 @@ def document_error_shape(app: FastAPI) -> None:
         for name in ("HTTPValidationError", "ValidationError"):
             if f'"#/components/schemas/{name}"' not in json.dumps(schema):
                 components.pop(name, None)
-        app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -108,17 +107,20 @@ def _clean(errors: list[Any]) -> list[dict[str, Any]]:
     return cleaned
 
 
-def _allowed_methods(request: Request) -> str:
-    """Every method some route serves at the request's path (RFC 9110 §15.5.6).
+def _allowed_methods(request: Request) -> str | None:
+    """Every method the API serves at the request's path (RFC 9110 §15.5.6), from the OpenAPI document.
 
-    Starlette answers 405 from the first route whose path matches and lists only that route's methods; kvcap
-    registers GET, PATCH and DELETE of one path as separate routes.
+    Starlette answers 405 from the first route whose path matches and lists only that route's methods (or
+    none); kvcap serves GET, PATCH and DELETE of one path from separate routes.
     """
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] != Match.NONE:
-            methods |= route.methods
-    return ", ".join(sorted(methods))
+    paths: dict[str, dict[str, Any]] = request.app.openapi().get("paths", {})
+    path = request.url.path
+    # A literal path (``/v1/models/import``) is its own resource, not an instance of ``/v1/models/{name}``.
+    matching = [path] if path in paths else [t for t in paths if compile_path(t)[0].match(path)]
+    methods = {method.upper() for template in matching for method in paths[template]}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods)) or None
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -178,8 +180,14 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         names = {404: "NotFound", 405: "MethodNotAllowed", 406: "NotAcceptable", 413: "PayloadTooLarge"}
         headers = getattr(exc, "headers", None)
-        if exc.status_code == 405:
-            headers = {**(headers or {}), "Allow": _allowed_methods(request)}
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI's 400 for a JSON body that is not UTF-8; malformed JSON is a 422 everywhere else.
+            message = "the body is not UTF-8 encoded JSON"
+            errors = [{"loc": ["body"], "msg": message, "type": "json_invalid"}]
+            return _json(422, error_body("RequestValidationError", f"body: {message}", errors))
+        allowed = _allowed_methods(request) if exc.status_code == 405 else None
+        if allowed:
+            headers = {**(headers or {}), "Allow": allowed}
         return _json(
             exc.status_code, error_body(names.get(exc.status_code, "HTTPError"), str(exc.detail)), headers
         )

@@ -17,6 +17,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.datastructures import State
 
 router = APIRouter(tags=["health"])
 logger = logging.getLogger("kvcap.health")
@@ -32,6 +34,30 @@ class Readiness(BaseModel):
     status: Literal["ready", "degraded", "not ready"]
     database: Literal["ok", "unavailable", "not configured"]
     catalog: CatalogState | None
+
+
+CHECK_SECONDS = 3.0
+
+
+async def _ping(engine: AsyncEngine) -> None:
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT 1"))
+
+
+def _database_check(state: State, engine: AsyncEngine) -> asyncio.Task[None]:
+    """The running database check, or a new one.
+
+    The probe waits for it at most ``CHECK_SECONDS`` but does not cancel it: cancelling a query on a server
+    that hangs (rather than refusing connections) makes psycopg first try to cancel it server-side, which
+    kept ``/readyz`` — ``degraded_ok`` included — from answering for 13 s and more, past any probe timeout.
+    At most one check runs at a time, so probes during a hang do not pile up connections.
+    """
+    task: asyncio.Task[None] | None = getattr(state, "readiness_check", None)
+    if task is None or task.done():
+        task = asyncio.create_task(_ping(engine), name="readiness database check")
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved: no warning
+        state.readiness_check = task
+    return task
 
 
 @router.get("/healthz", summary="Liveness")
@@ -65,9 +91,7 @@ async def readyz(
     database_ok = engine is not None
     if engine is not None:
         try:
-            async with asyncio.timeout(3):
-                async with engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
+            await asyncio.wait_for(asyncio.shield(_database_check(request.app.state, engine)), CHECK_SECONDS)
         except Exception as exc:
             logger.warning("readiness check: database unavailable (%s)", type(exc).__name__)
             database_ok = False

@@ -32,12 +32,12 @@ class UtcDateTime(TypeDecorator[datetime]):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:  # noqa: ARG002
         if value is not None and value.tzinfo is not None:
             value = value.astimezone(UTC)
         return value
 
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:  # noqa: ARG002
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value
@@ -58,7 +58,9 @@ class VersionedMixin:
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False, default=utcnow, onupdate=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        UtcDateTime(), nullable=False, default=utcnow, onupdate=utcnow
+    )
 
     @declared_attr.directive
     def __mapper_args__(cls) -> dict[str, Any]:
