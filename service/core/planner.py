@@ -630,9 +630,12 @@ def plan(request: PlanRequest) -> CapacityPlan:
         return num_blocks(available, stage.layout)
 
     blocks = min(stage_blocks(s, s.available) for s in stages)
-    blocks_low = min(stage_blocks(s, s.available_low) for s in stages)
-    blocks_high = min(stage_blocks(s, s.available_high) for s in stages)
-    worst = min(stages, key=lambda s: stage_blocks(s, s.available))
+    if request.detail:
+        blocks_low = min(stage_blocks(s, s.available_low) for s in stages)
+        blocks_high = min(stage_blocks(s, s.available_high) for s in stages)
+    else:  # verdict-only plans (sweeps) do not report the band
+        blocks_low = blocks_high = blocks
+    worst = stages[0] if len(stages) == 1 else min(stages, key=lambda s: stage_blocks(s, s.available))
     layout = stages[0].layout
     for stage in stages:
         if len(stage.layout.notes) and stage is stages[0]:
