@@ -744,14 +744,16 @@ def plan(request: PlanRequest) -> CapacityPlan:
     per_token = bytes_per_token(worst.specs)
 
     # 5. vLLM's start-up checks ----------------------------------------------------------------------------
+    # Under pipeline parallelism the stage with the most weights is not always the one with the fewest blocks.
+    heaviest = worst if len(stages) == 1 else max(stages, key=lambda s: s.weights_bytes)
     if gpu is not None and request.kv_cache_memory_bytes is None:
-        if worst.weights_bytes >= total:
+        if heaviest.weights_bytes >= total:
             messages.append(
                 Message(
                     level="error",
                     code="weights_exceed_gpu",
                     text=(
-                        f"Model weights need {gib(worst.weights_bytes)} GiB per GPU but the GPU has {gib(total)} GiB: loading fails "
+                        f"Model weights need {gib(heaviest.weights_bytes)} GiB per GPU but the GPU has {gib(total)} GiB: loading fails "
                         "with CUDA out of memory."
                     ),
                 )
@@ -771,14 +773,14 @@ def plan(request: PlanRequest) -> CapacityPlan:
     elif (
         gpu is not None
         and request.kv_cache_memory_bytes is not None
-        and worst.weights_bytes + request.kv_cache_memory_bytes > total
+        and heaviest.weights_bytes + request.kv_cache_memory_bytes > total
     ):
         messages.append(
             Message(
                 level="error",
                 code="kv_bytes_exceed_gpu",
                 text=(
-                    f"weights ({gib(worst.weights_bytes)} GiB) + kv_cache_memory_bytes ({gib(request.kv_cache_memory_bytes)} GiB) exceed "
+                    f"weights ({gib(heaviest.weights_bytes)} GiB) + kv_cache_memory_bytes ({gib(request.kv_cache_memory_bytes)} GiB) exceed "
                     f"the GPU's {gib(total)} GiB"
                 ),
             )

@@ -187,3 +187,48 @@ def test_kv_cache_memory_bytes_is_refused_by_releases_that_lack_the_flag() -> No
     with pytest.raises(InvalidSpec) as info:
         plan(PlanRequest(model=LLAMA_31_8B, engine="vllm-0.10", kv_cache_memory_bytes=GIB))
     assert info.value.field == "kv_cache_memory_bytes"
+
+
+def test_pipeline_stages_split_layers_and_the_engine_takes_the_smallest_block_count() -> None:
+    # 30 layers on 4 stages → 7, 8, 8, 7 (get_pp_indices); the 8-layer stages have the fewest blocks.
+    model = ModelSpec(
+        num_hidden_layers=30,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=32_000,
+        num_parameters=7_000_000_000,
+        max_model_len=4096,
+    )
+    result = plan(
+        PlanRequest(
+            model=model,
+            engine="vllm-0.33",
+            kv_cache_memory_bytes=GIB,
+            block_size=16,
+            pipeline_parallel_size=4,
+        )
+    )
+    assert [s.layers for s in result.stages] == [(0, 7), (7, 15), (15, 23), (23, 30)]
+    per_block_8 = 8 * 16 * 8 * 2 * 128 * 2
+    assert (
+        result.kv_cache.num_gpu_blocks == GIB // per_block_8 == min(s.num_gpu_blocks for s in result.stages)
+    )
+
+
+def test_weights_that_do_not_fit_a_pipeline_stage_are_refused() -> None:
+    model = ModelSpec(
+        num_hidden_layers=8,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=128_256,
+        num_parameters=60_000_000_000,
+        max_model_len=4096,
+    )
+    gpu = GpuSpec(name="small", memory_bytes=24 * GIB)
+    result = plan(PlanRequest(model=model, gpu=gpu, engine="vllm-0.33", pipeline_parallel_size=2))
+    assert not result.fits
+    assert any(m.code == "weights_exceed_gpu" for m in result.messages)
