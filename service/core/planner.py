@@ -16,6 +16,7 @@ and then vLLM's start-up checks: weights must fit, some memory must be left for 
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field, fields, replace
 
 from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
@@ -238,18 +239,21 @@ def with_changes(request: PlanRequest, **changes: object) -> PlanRequest:
     """``dataclasses.replace`` for ``PlanRequest`` without re-running ``__init__`` (sweeps make thousands).
 
     ``PlanRequest`` has no ``__post_init__``, so filling a new instance's slots directly gives the same value
-    several times faster than ``replace`` or ``copy.copy`` (both go through the dataclass machinery).
+    several times faster than ``replace`` or ``copy.copy`` (both go through the dataclass machinery): one
+    C-level read of every field, then one write per slot.
     """
-    unknown = set(changes) - set(_PLAN_REQUEST_FIELDS)
-    if unknown:
-        raise TypeError(f"PlanRequest has no field(s) {sorted(unknown)}")
+    if not changes.keys() <= _PLAN_REQUEST_FIELD_SET:
+        raise TypeError(f"PlanRequest has no field(s) {sorted(set(changes) - _PLAN_REQUEST_FIELD_SET)}")
     clone = object.__new__(PlanRequest)
-    for name in _PLAN_REQUEST_FIELDS:
-        object.__setattr__(clone, name, changes[name] if name in changes else getattr(request, name))
+    for name, value in zip(_PLAN_REQUEST_FIELDS, _read_fields(request), strict=True):
+        _set(clone, name, changes.get(name, value))
     return clone
 
 
 _PLAN_REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
+_PLAN_REQUEST_FIELD_SET: frozenset[str] = frozenset(_PLAN_REQUEST_FIELDS)
+_read_fields = operator.attrgetter(*_PLAN_REQUEST_FIELDS)
+_set = object.__setattr__
 
 
 # --- defaults ------------------------------------------------------------------------------------------------

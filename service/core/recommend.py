@@ -111,17 +111,31 @@ def _round_context(needed: int, model_max: int | None) -> int:
 
 def evaluate(request: PlanRequest, workload: Workload) -> Option:
     """Evaluate one (model, GPU, TP, KV dtype, quantisation) option against the workload."""
-    model, gpu = request.model, request.gpu
-    if gpu is None:
+    if request.gpu is None:
         raise InvalidSpec("a GPU is needed to recommend", field="gpu")
-    reasons: list[str] = []
+    max_len, reason = _context_length(request, workload)
+    return _evaluate(
+        with_changes(request, max_model_len=max_len, suggest=False, detail=False),
+        workload,
+        [reason] if reason else [],
+    )
+
+
+def _context_length(request: PlanRequest, workload: Workload) -> tuple[int, str | None]:
+    """The max_model_len an option is planned at, and the reason when kvcap chose it."""
+    if request.max_model_len is not None:
+        return request.max_model_len, None
+    model, context = request.model, workload.context_tokens
+    max_len = _round_context(context, model.max_model_len or model.max_position_embeddings)
+    return max_len, f"max_model_len {fmt_int(max_len)} covers p95 prompt + output ({fmt_int(context)} tokens)"
+
+
+def _evaluate(request: PlanRequest, workload: Workload, reasons: list[str]) -> Option:
+    """``evaluate`` for a request already at its max_model_len, in verdict-only mode."""
+    model, gpu = request.model, request.gpu
+    assert gpu is not None and request.max_model_len is not None
     context = workload.context_tokens
     max_len = request.max_model_len
-    if max_len is None:
-        max_len = _round_context(context, model.max_model_len or model.max_position_embeddings)
-        reasons.append(
-            f"max_model_len {fmt_int(max_len)} covers p95 prompt + output ({fmt_int(context)} tokens)"
-        )
     scheme = resolve_quantization(request.quantization, native=model.quantization)
     base = {
         "gpu": gpu.name,
@@ -132,7 +146,7 @@ def evaluate(request: PlanRequest, workload: Workload) -> Option:
         "max_model_len": max_len,
     }
     try:
-        result = plan(with_changes(request, max_model_len=max_len, suggest=False, detail=False))
+        result = plan(request)
     except InvalidSpec as exc:
         return _rejected(base, "does not fit", [str(exc)], default_mns=0)
     engine_default_mns, _ = batch_defaults(
@@ -434,6 +448,7 @@ def sweep(
     large model), so a sweep stays fast; the rest are evaluated in full.
     """
     model = request.model
+    max_len, reason = _context_length(request, workload)
     sizes = sorted(tensor_parallel_sizes or tp_candidates(model.num_attention_heads))
     options: list[Option] = []
     seen: set[tuple[str, str | None, str, int]] = set()
@@ -484,15 +499,19 @@ def sweep(
                         )
                         continue
                     options.append(
-                        evaluate(
+                        _evaluate(
                             with_changes(
                                 request,
                                 gpu=gpu,
                                 tensor_parallel_size=tp,
                                 kv_cache_dtype=kv,
                                 quantization=quant or "none",
+                                max_model_len=max_len,
+                                suggest=False,
+                                detail=False,
                             ),
                             workload,
+                            [reason] if reason else [],
                         )
                     )
     return rank(options)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
-from service.core.planner import PlanRequest
+from service.core.planner import PlanRequest, with_changes
 from service.core.recommend import Workload, evaluate, rank, recommend, sweep
 from service.core.specs import GpuSpec, ModelSpec
 from service.core.throughput import STEP_OVERHEAD_SECONDS, decode_step
@@ -192,3 +193,32 @@ def test_sweep_ranks_feasible_options_by_cost_and_explains_rejections() -> None:
     assert options == rank(options)
     rejected = [o for o in options if o.gpu == "tiny-8g" and o.quantization is None]
     assert rejected and all(not o.feasible and "weights need" in o.reasons[0] for o in rejected)
+
+
+def test_a_sweep_option_is_the_same_as_evaluating_that_option_alone() -> None:
+    """The sweep's shortcut (one clone per option, the context length chosen once) changes nothing."""
+    workload = Workload(requests_per_second=5, prompt_tokens=1000, output_tokens=200, tpot_seconds=0.05)
+    options = sweep(PlanRequest(model=LLAMA_8B), workload, [H100], tensor_parallel_sizes=[1, 2])
+    evaluated = [o for o in options if o.plan is not None]
+    assert len(evaluated) >= 4
+    for option in evaluated:
+        alone = evaluate(
+            PlanRequest(
+                model=LLAMA_8B,
+                gpu=H100,
+                tensor_parallel_size=option.tensor_parallel_size,
+                kv_cache_dtype=option.kv_cache_dtype,
+                quantization=option.quantization or "none",
+            ),
+            workload,
+        )
+        assert alone == option
+
+
+def test_with_changes_equals_dataclasses_replace() -> None:
+    request = exact(max_num_seqs=64, prompt_tokens=10)
+    changed = with_changes(request, tensor_parallel_size=2, kv_cache_dtype="fp8", detail=False)
+    assert changed == dataclasses.replace(request, tensor_parallel_size=2, kv_cache_dtype="fp8", detail=False)
+    assert with_changes(request) == request and with_changes(request) is not request
+    with pytest.raises(TypeError, match="no field"):
+        with_changes(request, tensor_parallel=2)

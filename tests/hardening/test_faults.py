@@ -96,13 +96,13 @@ def postgres() -> Iterator[ThrowawayPostgres]:
         server.init()
         server.start()
         migrate.upgrade(server.url())
-        subprocess.run(
+        loaded = subprocess.run(
             [sys.executable, "-m", "service.cli", "catalog", "load", "--database-url", server.url()],
-            check=True,
             capture_output=True,
             timeout=120,
             cwd=root,
         )
+        assert loaded.returncode == 0, loaded.stderr.decode(errors="replace")
         yield server
     finally:
         if server.running():
