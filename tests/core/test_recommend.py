@@ -12,18 +12,8 @@ from service.core.recommend import Workload, evaluate, rank, recommend, sweep
 from service.core.specs import GpuSpec, ModelSpec
 from service.core.throughput import STEP_OVERHEAD_SECONDS, decode_step
 from service.core.units import GIB
+from tests.core.model_cards import LLAMA_31_8B as LLAMA_8B
 
-LLAMA_8B = ModelSpec(
-    num_hidden_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=128_256,
-    num_parameters=8_030_261_248,
-    max_model_len=131_072,
-    intermediate_size=14_336,
-)
 H100 = GpuSpec(
     name="h100",
     memory_bytes=int(79.22 * GIB),

@@ -8,18 +8,8 @@ from service.core.errors import InvalidSpec
 from service.core.planner import PlanRequest, plan
 from service.core.specs import GpuSpec, LayerType, ModelSpec
 from service.core.units import GIB
+from tests.core.model_cards import LLAMA_31_8B
 
-LLAMA_31_8B = ModelSpec(
-    num_hidden_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=128_256,
-    num_parameters=8_030_261_248,
-    max_model_len=131_072,
-    intermediate_size=14_336,
-)
 # Gemma-3-27B text model: 62 layers, every 6th full attention, 16 KV heads × 128, sliding window 1024.
 GEMMA_3_27B = ModelSpec(
     num_hidden_layers=62,
