@@ -22,7 +22,7 @@ from service.db.session import create_engine as create_async_engine
 from service.deployments.service import DeploymentsHolder
 from service.settings import Settings, normalize_database_url, sync_database_url
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def pytest_report_header() -> str:
@@ -133,7 +133,6 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not SHARED.exists():
-        pytest.fail(f"reference material not found at {SHARED}")
-    return SHARED
+def vllm_metrics_dir() -> Path:
+    """Real vLLM 0.32.0 expositions kept in tests/data (the suite reads nothing outside the repository)."""
+    return DATA / "vllm-metrics"

@@ -17,7 +17,7 @@ from service.deployments.autoscaling import VLLM_METRICS_USED
 KEDA_SCHEMA = json.loads(
     (Path(__file__).resolve().parents[1] / "data" / "keda" / "scaledobject-v1alpha1.schema.json").read_text()
 )
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "vllm-metrics"
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "vllm-metrics"
 
 BODY = {
     "namespace": "llm",

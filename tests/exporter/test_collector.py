@@ -27,8 +27,8 @@ LABELS = {"namespace": "llm", "deployment": "chat"}
 
 
 @pytest.fixture(scope="module")
-def busy_text(shared_dir: Path) -> str:
-    return (shared_dir / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt").read_text()
+def busy_text(vllm_metrics_dir: Path) -> str:
+    return (vllm_metrics_dir / "vllm-0.32.0-cpu-busy.txt").read_text()
 
 
 def result(url: str, text: str | None, *, reason: str | None = None) -> TargetResult:

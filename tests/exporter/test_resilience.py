@@ -21,9 +21,9 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture
-async def stub(shared_dir: Path) -> AsyncIterator[StubServer]:
-    busy = (shared_dir / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt").read_bytes()
-    idle = (shared_dir / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-idle.txt").read_bytes()
+async def stub(vllm_metrics_dir: Path) -> AsyncIterator[StubServer]:
+    busy = (vllm_metrics_dir / "vllm-0.32.0-cpu-busy.txt").read_bytes()
+    idle = (vllm_metrics_dir / "vllm-0.32.0-cpu-idle.txt").read_bytes()
     server = StubServer({"/chat/0": busy, "/chat/1": idle, "/solo/0": busy})
     await server.start()
     yield server

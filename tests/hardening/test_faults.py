@@ -291,8 +291,8 @@ async def test_a_hung_database_does_not_hold_up_readiness_plans_or_reviews(
         await asyncio.sleep(0.25)
 
 
-async def test_a_prometheus_source_that_is_down_costs_only_its_own_deployment(shared_dir: Path) -> None:
-    busy = (shared_dir / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt").read_bytes()
+async def test_a_prometheus_source_that_is_down_costs_only_its_own_deployment(vllm_metrics_dir: Path) -> None:
+    busy = (vllm_metrics_dir / "vllm-0.32.0-cpu-busy.txt").read_bytes()
     stub = StubServer({"/chat/0": busy})
     await stub.start()
     hung: list[asyncio.StreamWriter] = []

@@ -366,10 +366,10 @@ async def test_an_allowlist_confines_registered_urls_to_its_hosts(
     assert response.status_code == status, response.text
 
 
-async def test_a_redirect_to_another_host_is_not_followed(shared_dir: Any) -> None:
+async def test_a_redirect_to_another_host_is_not_followed(vllm_metrics_dir: Any) -> None:
     """A scrape target (or Prometheus server) answering 302 to another, perfectly healthy host: kvcap records a
     ``redirect`` failure and never contacts the other host."""
-    busy = (shared_dir / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt").read_bytes()
+    busy = (vllm_metrics_dir / "vllm-0.32.0-cpu-busy.txt").read_bytes()
     elsewhere = StubServer({"/metrics": busy, "/api/v1/query": b"{}"})
     await elsewhere.start()
     location = f"http://localhost:{elsewhere.port}/metrics"

@@ -17,8 +17,8 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def busy(shared_dir: Path) -> bytes:
-    return (shared_dir / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt").read_bytes()
+def busy(vllm_metrics_dir: Path) -> bytes:
+    return (vllm_metrics_dir / "vllm-0.32.0-cpu-busy.txt").read_bytes()
 
 
 def with_blocks(body: bytes, blocks: int) -> bytes:

@@ -10,12 +10,12 @@ import pytest
 from service.live.parser import ExpositionError, parse_vllm_metrics
 
 
-def fixture_text(shared_dir: Path, name: str) -> str:
-    return (shared_dir / "fixtures" / "vllm-metrics" / name).read_text()
+def fixture_text(vllm_metrics_dir: Path, name: str) -> str:
+    return (vllm_metrics_dir / name).read_text()
 
 
-def test_reads_the_real_busy_exposition_of_vllm_0_32(shared_dir: Path) -> None:
-    metrics = parse_vllm_metrics(fixture_text(shared_dir, "vllm-0.32.0-cpu-busy.txt"))
+def test_reads_the_real_busy_exposition_of_vllm_0_32(vllm_metrics_dir: Path) -> None:
+    metrics = parse_vllm_metrics(fixture_text(vllm_metrics_dir, "vllm-0.32.0-cpu-busy.txt"))
     assert len(metrics.engines) == 1
     engine = metrics.engines[0]
     assert engine.engine == "0"
@@ -38,8 +38,8 @@ def test_reads_the_real_busy_exposition_of_vllm_0_32(shared_dir: Path) -> None:
     assert metrics.data_parallel_size == 1
 
 
-def test_reads_the_real_idle_exposition_of_vllm_0_32(shared_dir: Path) -> None:
-    metrics = parse_vllm_metrics(fixture_text(shared_dir, "vllm-0.32.0-cpu-idle.txt"))
+def test_reads_the_real_idle_exposition_of_vllm_0_32(vllm_metrics_dir: Path) -> None:
+    metrics = parse_vllm_metrics(fixture_text(vllm_metrics_dir, "vllm-0.32.0-cpu-idle.txt"))
     assert metrics.requests_running == 0.0
     assert metrics.requests_waiting == 0.0
     assert metrics.kv_cache_usage_ratio == 0.0
@@ -49,8 +49,8 @@ def test_reads_the_real_idle_exposition_of_vllm_0_32(shared_dir: Path) -> None:
     assert metrics.cache_config.block_size == 128
 
 
-def test_keeps_every_cache_config_label_as_a_string_whatever_the_version_adds(shared_dir: Path) -> None:
-    config = parse_vllm_metrics(fixture_text(shared_dir, "vllm-0.32.0-cpu-busy.txt")).cache_config
+def test_keeps_every_cache_config_label_as_a_string_whatever_the_version_adds(vllm_metrics_dir: Path) -> None:
+    config = parse_vllm_metrics(fixture_text(vllm_metrics_dir, "vllm-0.32.0-cpu-busy.txt")).cache_config
     assert config is not None
     assert config.labels["_block_size_resolved"] == "True"
     assert config.labels["kv_cache_dtype_skip_layers"] == "[]"
