@@ -111,8 +111,8 @@ async def test_a_deployment_with_every_target_down_has_no_observed_blocks(busy: 
 
 
 async def test_two_urls_on_one_host_port_stay_two_pods(busy: bytes) -> None:
-    manager = manager_for({"shared": busy})
-    await manager.refresh([scrape_target("llm", "chat", "http://shared:8000/a", "http://shared:8000/b")])
+    manager = manager_for({"gateway": busy})
+    await manager.refresh([scrape_target("llm", "chat", "http://gateway:8000/a", "http://gateway:8000/b")])
     await manager.aclose()
     pods = [p.pod for p in manager.observations[("llm", "chat")].pods]
     assert len(set(pods)) == 2
