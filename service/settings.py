@@ -85,9 +85,14 @@ class Settings(BaseSettings):
     scrape_enabled: bool = True
 
     tls_cert_file: str | None = Field(
-        default=None, description="serve HTTPS (required for the admission webhook)"
+        default=None, description="PEM certificate chain: serve HTTPS (required for the admission webhook)"
     )
-    tls_key_file: str | None = None
+    tls_key_file: str | None = Field(
+        default=None, description="PEM private key (omit when the certificate file also holds the key)"
+    )
+    tls_reload_interval_seconds: float = Field(
+        default=10.0, gt=0, le=3600, description="how often the certificate files are checked for a rotation"
+    )
 
     admission_mode: Literal["enforce", "audit"] = "enforce"
     admission_failure_policy: Literal["fail-open", "fail-closed"] = "fail-closed"
