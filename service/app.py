@@ -79,7 +79,9 @@ async def start_catalog(app: FastAPI) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Engine, in-memory catalog/registry/calibrations, the refresh task and the live-metrics loop."""
     settings: Settings = app.state.settings
-    engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+    engine = create_engine(
+        settings.database_url, pool_size=settings.database_pool_size, timeouts=settings.database_timeouts
+    )
     app.state.engine = engine
     app.state.sessionmaker = create_sessionmaker(engine)
     logger.info("database %s", make_url(settings.database_url).render_as_string(hide_password=True))
