@@ -40,13 +40,34 @@ from service.render import render_options, render_plan, render_recommendation
 from service.settings import get_settings
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="kvcap: KV-cache capacity planning for vLLM"
+    no_args_is_help=True,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
+    help="kvcap: KV-cache capacity planning for vLLM",
 )
 catalog_app = typer.Typer(no_args_is_help=True, help="Built-in model and GPU catalog")
 app.add_typer(catalog_app, name="catalog")
 
 err = Console(stderr=True)
 out = RichConsole(width=shutil.get_terminal_size((150, 24)).columns)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from service.version import kvcap_revision, kvcap_version
+
+        revision = kvcap_revision()
+        print(f"kvcap {kvcap_version()}" + (f" ({revision})" if revision != "unknown" else ""))
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit"),
+    ] = False,
+) -> None:
+    """kvcap: KV-cache capacity planning for vLLM."""
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
