@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.db.session import DatabaseTimeouts, create_engine
@@ -65,3 +66,18 @@ def test_the_settings_defaults_bound_a_hung_request_to_a_few_seconds() -> None:
     # a frozen server: one failed health check, then one connect attempt
     assert timeouts.ping_seconds + timeouts.connect_seconds < 5
     assert timeouts.round_trip_seconds > timeouts.statement_seconds  # the server's own timeout fires first
+
+
+async def test_a_request_waiting_for_a_free_pooled_connection_gives_up_after_the_pool_timeout(
+    database_url: str,
+) -> None:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL pool (set KVCAP_TEST_DATABASE_URL)")
+    engine = create_engine(database_url, pool_size=1, timeouts=DatabaseTimeouts(pool_seconds=0.3))
+    try:
+        async with engine.connect(), engine.connect():  # the pooled connection and its one overflow
+            with pytest.raises(PoolTimeoutError):  # rendered as 503 by service.api.errors
+                async with engine.connect():
+                    pass
+    finally:
+        await engine.dispose()
