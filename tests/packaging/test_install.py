@@ -25,8 +25,7 @@ import httpx
 import pytest
 
 from tests.hardening.throwaway_postgres import free_port
-from tests.tls.certificates import CertificateAuthority, SecretVolume
-from tests.tls.test_tls import client_context
+from tests.tls.certificates import CertificateAuthority, SecretVolume, client_context
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,11 @@ class CertificateAuthority:
             serial=serial,
             not_after=not_after,
         )
+
+
+def client_context(ca: CertificateAuthority) -> ssl.SSLContext:
+    """Verify the server against ``ca`` only (hostname included: the leaf names 127.0.0.1)."""
+    return ssl.create_default_context(cadata=ca.cert_pem.decode())
 
 
 class SecretVolume:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import ssl
 import subprocess
 import sys
 import time
@@ -26,12 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.exporter.service_metrics import ServiceMetrics
 from service.tls import CertificateReloader
 from tests.hardening.throwaway_postgres import free_port
-from tests.tls.certificates import CertificateAuthority, SecretVolume
-
-
-def client_context(ca: CertificateAuthority) -> ssl.SSLContext:
-    """Verify the server against ``ca`` only (hostname included: the leaf names 127.0.0.1)."""
-    return ssl.create_default_context(cadata=ca.cert_pem.decode())
+from tests.tls.certificates import CertificateAuthority, SecretVolume, client_context
 
 
 def served_serial(response: httpx.Response) -> int:
@@ -61,6 +55,7 @@ def ca() -> CertificateAuthority:
     return CertificateAuthority()
 
 
+@contextlib.contextmanager
 def start_server(
     tmp_path: Path, arguments: list[str], extra_env: dict[str, str], ca: CertificateAuthority
 ) -> Iterator[Server]:
@@ -134,7 +129,7 @@ def test_serve_answers_https_and_serves_a_rotated_certificate_without_dropping_c
     first, second = ca.issue(days=30), ca.issue(days=90)
     volume.install(first)
     arguments = ["--ssl-certfile", str(volume.cert_file), "--ssl-keyfile", str(volume.key_file)]
-    for server in start_server(tmp_path, arguments, {}, ca):
+    with start_server(tmp_path, arguments, {}, ca) as server:
         with httpx.Client(verify=client_context(ca), timeout=10) as kept_alive:
             before = kept_alive.get(f"{server.url}/healthz")
             assert before.status_code == 200
@@ -164,7 +159,7 @@ def test_plain_http_is_refused_while_serving_https(tmp_path: Path, ca: Certifica
     volume = SecretVolume(tmp_path / "tls")
     volume.install(ca.issue(days=30))
     env = {"KVCAP_TLS_CERT_FILE": str(volume.cert_file), "KVCAP_TLS_KEY_FILE": str(volume.key_file)}
-    for server in start_server(tmp_path, [], env, ca):  # the settings alone turn HTTPS on
+    with start_server(tmp_path, [], env, ca) as server:  # the settings alone turn HTTPS on
         with pytest.raises(httpx.HTTPError):
             httpx.get(server.url.replace("https://", "http://") + "/healthz", timeout=5)
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
