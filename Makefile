@@ -6,7 +6,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-sqlite lint format bench accuracy e2e clean
+.PHONY: install run test test-sqlite lint format lock bench accuracy e2e clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,14 +29,18 @@ test-sqlite: install  ## the suite on SQLite even when KVCAP_TEST_DATABASE_URL i
 	KVCAP_TEST_DATABASE_URL= $(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install  ## ruff, mypy and the import contracts
-	$(BIN)/ruff check service tests bench migrations
-	$(BIN)/ruff format --check service tests bench migrations
+	$(BIN)/ruff check service tests bench
+	$(BIN)/ruff format --check service tests bench
 	$(BIN)/mypy service
 	$(BIN)/lint-imports
 
 format: install
-	$(BIN)/ruff format service tests bench migrations
-	$(BIN)/ruff check --fix service tests bench migrations
+	$(BIN)/ruff format service tests bench
+	$(BIN)/ruff check --fix service tests bench
+
+lock: install  ## requirements.lock: the image's exact dependencies, with hashes (after changing pyproject's)
+	$(BIN)/uv pip compile pyproject.toml -o requirements.lock --generate-hashes --universal \
+		--python-version 3.11 --custom-compile-command "make lock" --quiet
 
 bench: install  ## benchmark table (ratios against baselines measured in the same run)
 	$(BIN)/python -m bench

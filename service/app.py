@@ -18,6 +18,7 @@ from service.admission.router import router as admission_router
 from service.api.errors import install_error_handlers
 from service.api.health import router as health_router
 from service.api.limits import BodySizeLimit
+from service.api.request_id import RequestId
 from service.catalog.builtin import builtin_snapshot
 from service.catalog.router import router as catalog_router
 from service.catalog.snapshot import CatalogHolder
@@ -25,8 +26,10 @@ from service.db.session import create_engine, create_sessionmaker
 from service.deployments.router import router as deployments_router
 from service.deployments.service import DeploymentsHolder
 from service.exporter.collector import admission_metrics
+from service.exporter.http import RequestMetrics
 from service.exporter.pipeline import Predictions, run_live_loop
 from service.exporter.router import router as metrics_router
+from service.exporter.service_metrics import ServiceMetrics
 from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import LiveManager
 from service.logs import configure_logging
@@ -34,6 +37,7 @@ from service.planning.calibration import CalibrationHolder
 from service.planning.router import PlanCache
 from service.planning.router import router as planning_router
 from service.settings import Settings, get_settings
+from service.version import kvcap_version
 
 logger = logging.getLogger("kvcap.app")
 
@@ -56,6 +60,7 @@ async def start_catalog(app: FastAPI) -> None:
     app.state.catalog = holder
     try:
         snapshot = await holder.reload(app.state.sessionmaker)
+        app.state.service_metrics.catalog_refreshed()
     except Exception as exc:
         holder.replace(builtin_snapshot())
         holder.last_error = f"{type(exc).__name__}"
@@ -74,7 +79,9 @@ async def start_catalog(app: FastAPI) -> None:
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Engine, in-memory catalog/registry/calibrations, the refresh task and the live-metrics loop."""
     settings: Settings = app.state.settings
-    engine = create_engine(settings.database_url, pool_size=settings.database_pool_size)
+    engine = create_engine(
+        settings.database_url, pool_size=settings.database_pool_size, timeouts=settings.database_timeouts
+    )
     app.state.engine = engine
     app.state.sessionmaker = create_sessionmaker(engine)
     logger.info("database %s", make_url(settings.database_url).render_as_string(hide_password=True))
@@ -93,6 +100,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
     async def refresh() -> None:
         await app.state.catalog.reload(app.state.sessionmaker)
+        app.state.service_metrics.catalog_refreshed()
         await app.state.deployments.reload(app.state.sessionmaker)
         await app.state.calibrations.reload(app.state.sessionmaker)
 
@@ -110,6 +118,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()
     tasks = [asyncio.create_task(_every(settings.catalog_refresh_seconds, refresh, "catalog refresh"))]
+    reloader = getattr(app.state, "tls_reloader", None)  # set by `kvcap serve` when it serves HTTPS
+    if reloader is not None:
+        tasks.append(asyncio.create_task(reloader.watch(settings.tls_reload_interval_seconds)))
     if settings.scrape_enabled:
         tasks.append(
             asyncio.create_task(run_live_loop(app, live, coordinator, settings.scrape_interval_seconds))
@@ -133,15 +144,18 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     configure_logging(settings.log_level, settings.log_format)
     app = FastAPI(
         title="kvcap",
-        version="0.1.0",
+        version=kvcap_version(),
         summary="Capacity planner for LLM serving with vLLM",
         lifespan=lifespan if with_lifespan else None,
     )
     app.state.settings = settings
     app.state.admission_observer = admission_metrics
+    app.state.service_metrics = service_metrics = ServiceMetrics()
     app.state.plan_cache = PlanCache()
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=service_metrics)  # outside the body limit: 413s are timed too
+    app.add_middleware(RequestId)  # outermost of kvcap's middleware: every log line of the request has the id
     app.include_router(health_router)
     app.include_router(catalog_router)
     app.include_router(planning_router)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import ssl
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -39,13 +40,34 @@ from service.render import render_options, render_plan, render_recommendation
 from service.settings import get_settings
 
 app = typer.Typer(
-    no_args_is_help=True, add_completion=False, help="kvcap: KV-cache capacity planning for vLLM"
+    no_args_is_help=True,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
+    help="kvcap: KV-cache capacity planning for vLLM",
 )
 catalog_app = typer.Typer(no_args_is_help=True, help="Built-in model and GPU catalog")
 app.add_typer(catalog_app, name="catalog")
 
 err = Console(stderr=True)
 out = RichConsole(width=shutil.get_terminal_size((150, 24)).columns)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from service.version import kvcap_revision, kvcap_version
+
+        revision = kvcap_revision()
+        print(f"kvcap {kvcap_version()}" + (f" ({revision})" if revision != "unknown" else ""))
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit"),
+    ] = False,
+) -> None:
+    """kvcap: KV-cache capacity planning for vLLM."""
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -57,13 +79,51 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def serve(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
+    ssl_certfile: Annotated[
+        Path | None,
+        typer.Option(help="PEM certificate chain: serve HTTPS (default: KVCAP_TLS_CERT_FILE)"),
+    ] = None,
+    ssl_keyfile: Annotated[
+        Path | None, typer.Option(help="PEM private key (default: KVCAP_TLS_KEY_FILE)")
+    ] = None,
 ) -> None:
-    """Run the HTTP service (one process; scale out with replicas)."""
+    """Run the HTTP(S) service (one process; scale out with replicas).
+
+    With a certificate, kvcap serves HTTPS only, and re-reads the certificate and key when their files change
+    (every KVCAP_TLS_RELOAD_INTERVAL_SECONDS): new connections get the new certificate, open ones carry on.
+    """
     import uvicorn
 
-    uvicorn.run(
-        "service.app:create_app", factory=True, host=host, port=port, log_level="info", proxy_headers=True
+    from service.app import create_app
+    from service.tls import CertificateReloader
+
+    settings = get_settings()
+    cert_file = ssl_certfile or (Path(settings.tls_cert_file) if settings.tls_cert_file else None)
+    key_file = ssl_keyfile or (Path(settings.tls_key_file) if settings.tls_key_file else None)
+    if key_file is not None and cert_file is None:
+        raise _fail("--ssl-keyfile (KVCAP_TLS_KEY_FILE) needs --ssl-certfile (KVCAP_TLS_CERT_FILE)")
+    application = create_app(settings)
+    config = uvicorn.Config(
+        application,
+        host=host,
+        port=port,
+        ssl_certfile=cert_file,
+        ssl_keyfile=key_file,
+        log_config=None,  # create_app configured logging: uvicorn's loggers go through the same handler
+        proxy_headers=True,
     )
+    if cert_file is not None:
+        try:
+            reloader = CertificateReloader(
+                cert_file=cert_file, key_file=key_file, observer=application.state.service_metrics
+            )
+            config.load()  # builds uvicorn's SSLContext, the one its listening socket will use
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise _fail(f"cannot use the TLS certificate {cert_file}: {type(exc).__name__}: {exc}") from None
+        assert config.ssl is not None
+        reloader.install(config.ssl)
+        application.state.tls_reloader = reloader
+    uvicorn.Server(config).run()
 
 
 @app.command()

@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.db.session import DatabaseTimeouts
+
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./kvcap.db"
 
 
@@ -58,6 +60,23 @@ class Settings(BaseSettings):
         default=DEFAULT_DATABASE_URL, description="SQLAlchemy URL; SQLite file by default"
     )
     database_pool_size: int = Field(default=5, ge=1, le=100)
+    # PostgreSQL time limits (``service.db.session.DatabaseTimeouts``): a frozen or unreachable server turns a
+    # request into a 503 within about ping + connect timeout (3.5 s by default), never a hang.
+    database_connect_timeout_seconds: float = Field(
+        default=2.0, ge=2, le=60, description="libpq connect_timeout (at least 2 s)"
+    )
+    database_statement_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=3600, description="PostgreSQL statement_timeout of kvcap's sessions"
+    )
+    database_lock_timeout_seconds: float = Field(
+        default=2.0, gt=0, le=3600, description="PostgreSQL lock_timeout: a write queued behind a row lock"
+    )
+    database_ping_timeout_seconds: float = Field(
+        default=1.5, gt=0, le=60, description="health check of a pooled connection before each use"
+    )
+    database_pool_timeout_seconds: float = Field(
+        default=3.0, gt=0, le=300, description="wait for a free pooled connection"
+    )
 
     api_tokens: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list, description="Bearer tokens allowed to write; empty = writes are open"
@@ -85,9 +104,14 @@ class Settings(BaseSettings):
     scrape_enabled: bool = True
 
     tls_cert_file: str | None = Field(
-        default=None, description="serve HTTPS (required for the admission webhook)"
+        default=None, description="PEM certificate chain: serve HTTPS (required for the admission webhook)"
     )
-    tls_key_file: str | None = None
+    tls_key_file: str | None = Field(
+        default=None, description="PEM private key (omit when the certificate file also holds the key)"
+    )
+    tls_reload_interval_seconds: float = Field(
+        default=10.0, gt=0, le=3600, description="how often the certificate files are checked for a rotation"
+    )
 
     admission_mode: Literal["enforce", "audit"] = "enforce"
     admission_failure_policy: Literal["fail-open", "fail-closed"] = "fail-closed"
@@ -132,6 +156,16 @@ class Settings(BaseSettings):
             object.__setattr__(self, "api_token_sha256", sorted(set(self.api_token_sha256) | plain))
             object.__setattr__(self, "api_tokens", [])
         return self
+
+    @property
+    def database_timeouts(self) -> DatabaseTimeouts:
+        return DatabaseTimeouts(
+            connect_seconds=self.database_connect_timeout_seconds,
+            statement_seconds=self.database_statement_timeout_seconds,
+            lock_seconds=self.database_lock_timeout_seconds,
+            ping_seconds=self.database_ping_timeout_seconds,
+            pool_seconds=self.database_pool_timeout_seconds,
+        )
 
     @property
     def token_hashes(self) -> frozenset[str]:

@@ -12,17 +12,15 @@ are checked against).
 
 from __future__ import annotations
 
-import bisect
-import math
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from service.exporter.names import METRICS, MetricName
+from service.exporter.service_metrics import ServiceMetrics
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -82,51 +80,57 @@ DEFAULT_ADMISSION_BUCKETS: tuple[float, ...] = (
     0.5,
     1.0,
     2.5,
+    5.0,
+    10.0,
 )
+"""Up to 10 s so that a p99 approaching the webhook's ``timeoutSeconds`` (at most 30 s, usually 5–10 s) is
+visible before the API server starts timing reviews out."""
+
+ADMISSION_ERROR_REASONS: Mapping[str, str] = {"malformed": "malformed", "error": "evaluation"}
+"""Review verdicts that are kvcap failures, and the ``reason`` they are counted under in
+``kvcap_admission_errors_total``: a body that is not an AdmissionReview, or a policy that raised."""
 
 
-@dataclass(frozen=True, slots=True)
-class AdmissionSnapshot:
-    reviews: Mapping[tuple[str, str], int]
-    """Reviews answered, by (verdict, kind)."""
-    buckets: tuple[tuple[float, int], ...]
-    """(upper bound, cumulative count), ending with +Inf."""
-    sum_s: float
-    count: int
+class AdmissionMetrics(Collector):
+    """The admission webhook's counters and duration histogram, as prometheus-client metric objects.
 
-
-class AdmissionMetrics:
-    """Counters and a duration histogram the admission webhook updates, read by the collector.
-
-    A plain object rather than prometheus-client metrics on the global default registry: kvcap renders every
-    scrape from a fresh registry, and tests get a clean instance instead of process-wide state.
+    Each instance owns its metrics (``registry=None``: nothing lands on the global default registry), so tests
+    get a clean instance instead of process-wide state; ``collect()`` yields them for whichever registry a
+    scrape renders into.
     """
 
     def __init__(self, buckets: tuple[float, ...] = DEFAULT_ADMISSION_BUCKETS) -> None:
-        self._bounds = tuple(sorted(buckets))
-        self._lock = threading.Lock()
-        self._reviews: dict[tuple[str, str], int] = {}
-        self._bucket_counts = [0] * (len(self._bounds) + 1)  # last = above every bound (+Inf only)
-        self._sum_s = 0.0
-        self._count = 0
+        self._reviews = Counter(
+            "kvcap_admission_reviews",
+            _SPECS["kvcap_admission_reviews_total"].help,
+            list(_SPECS["kvcap_admission_reviews_total"].labels),
+            registry=None,
+        )
+        self._errors = Counter(
+            "kvcap_admission_errors",
+            _SPECS["kvcap_admission_errors_total"].help,
+            list(_SPECS["kvcap_admission_errors_total"].labels),
+            registry=None,
+        )
+        self._duration = Histogram(
+            "kvcap_admission_review_duration_seconds",
+            _SPECS["kvcap_admission_review_duration_seconds"].help,
+            registry=None,
+            buckets=tuple(sorted(buckets)),
+        )
 
     def observe(self, *, verdict: str, kind: str, duration_seconds: float) -> None:
         """Count one answered review (``verdict``: allowed | denied | warned | error …, ``kind``: object kind)."""
-        with self._lock:
-            key = (verdict, kind)
-            self._reviews[key] = self._reviews.get(key, 0) + 1
-            self._bucket_counts[bisect.bisect_left(self._bounds, duration_seconds)] += 1
-            self._sum_s += duration_seconds
-            self._count += 1
+        self._reviews.labels(verdict=verdict, kind=kind).inc()
+        reason = ADMISSION_ERROR_REASONS.get(verdict)
+        if reason is not None:
+            self._errors.labels(reason=reason).inc()
+        self._duration.observe(duration_seconds)
 
-    def snapshot(self) -> AdmissionSnapshot:
-        with self._lock:
-            cumulative: list[tuple[float, int]] = []
-            running = 0
-            for bound, count in zip((*self._bounds, math.inf), self._bucket_counts, strict=True):
-                running += count
-                cumulative.append((bound, running))
-            return AdmissionSnapshot(dict(self._reviews), tuple(cumulative), self._sum_s, self._count)
+    def collect(self) -> Iterator[Metric]:
+        yield from self._reviews.collect()
+        yield from self._errors.collect()
+        yield from self._duration.collect()
 
 
 admission_metrics = AdmissionMetrics()
@@ -137,10 +141,6 @@ def _family(spec: MetricName) -> GaugeMetricFamily | CounterMetricFamily:
     if spec.kind == "counter":
         return CounterMetricFamily(spec.name, spec.help, labels=list(spec.labels))
     return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
-
-
-def _bound_text(bound: float) -> str:
-    return "+Inf" if math.isinf(bound) else repr(float(bound))
 
 
 class KvcapCollector(Collector):
@@ -199,7 +199,7 @@ class KvcapCollector(Collector):
         self._admission = admission if admission is not None else admission_metrics
 
     def collect(self) -> Iterator[Metric]:
-        families = {spec.name: _family(spec) for spec in METRICS if spec.kind != "histogram"}
+        families = {spec.name: _family(spec) for spec in METRICS if spec.collector == "snapshot"}
 
         def add(name: str, labels: list[str], value: float) -> None:
             families[name].add_metric(labels, value)
@@ -243,18 +243,8 @@ class KvcapCollector(Collector):
             add("kvcap_refresh_duration_seconds", [], self._self.refresh_duration_seconds)
         add("kvcap_deployments_tracked", [], self._self.deployments_tracked)
 
-        admission = self._admission.snapshot()
-        for (verdict, kind), count in sorted(admission.reviews.items()):
-            add("kvcap_admission_reviews_total", [verdict, kind], count)
         yield from families.values()
-        spec = _SPECS["kvcap_admission_review_duration_seconds"]
-        histogram = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels))
-        histogram.add_metric(
-            [],
-            buckets=[(_bound_text(bound), count) for bound, count in admission.buckets],
-            sum_value=admission.sum_s,
-        )
-        yield histogram
+        yield from self._admission.collect()
 
     @staticmethod
     def _observed(add: _Add, labels: list[str], observed: DeploymentObservation) -> None:
@@ -284,8 +274,12 @@ def render_metrics(
     observations: Mapping[DeploymentKey, DeploymentObservation],
     self_metrics: SelfMetrics | None = None,
     admission: AdmissionMetrics | None = None,
+    service: ServiceMetrics | None = None,
 ) -> bytes:
-    """The text exposition of everything above, from a fresh registry (serve with ``CONTENT_TYPE``)."""
+    """The text exposition of everything above, from a fresh registry (serve with ``CONTENT_TYPE``); with
+    ``service``, kvcap's own HTTP, TLS, catalog, build and process metrics too."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(KvcapCollector(predictions, observations, self_metrics, admission))
+    if service is not None:
+        registry.register(service)
     return generate_latest(registry)

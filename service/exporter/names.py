@@ -17,6 +17,9 @@ class MetricName:
     kind: str  # gauge | counter | histogram
     help: str
     labels: tuple[str, ...] = DEPLOYMENT_LABELS
+    collector: str = "snapshot"
+    """Who yields it: ``snapshot`` (``KvcapCollector``, per scrape), ``admission`` (``AdmissionMetrics``) or
+    ``service`` (``ServiceMetrics``: the process's own HTTP, TLS, catalog and build metrics)."""
 
 
 METRICS: tuple[MetricName, ...] = (
@@ -115,10 +118,68 @@ METRICS: tuple[MetricName, ...] = (
         "counter",
         "Admission reviews answered, by verdict",
         ("verdict", "kind"),
+        "admission",
     ),
     MetricName(
-        "kvcap_admission_review_duration_seconds", "histogram", "Time to answer one admission review", ()
+        "kvcap_admission_errors_total",
+        "counter",
+        "Admission reviews kvcap could not evaluate: malformed AdmissionReview bodies or a policy that failed",
+        ("reason",),
+        "admission",
+    ),
+    MetricName(
+        "kvcap_admission_review_duration_seconds",
+        "histogram",
+        "Time to answer one admission review",
+        (),
+        "admission",
+    ),
+    MetricName(
+        "kvcap_build_info",
+        "gauge",
+        "Always 1: the kvcap version, source revision and Python version of this process",
+        ("version", "revision", "python_version"),
+        "service",
+    ),
+    MetricName(
+        "kvcap_http_requests_total",
+        "counter",
+        "HTTP requests answered, by method, route template and status code",
+        ("method", "route", "status"),
+        "service",
+    ),
+    MetricName(
+        "kvcap_http_request_duration_seconds",
+        "histogram",
+        "Time to answer one HTTP request, by method, route template and status code",
+        ("method", "route", "status"),
+        "service",
+    ),
+    MetricName(
+        "kvcap_catalog_refresh_timestamp_seconds",
+        "gauge",
+        "Unix time of the last successful refresh of the in-memory catalog from the database",
+        (),
+        "service",
+    ),
+    MetricName(
+        "kvcap_tls_certificate_expiry_timestamp_seconds",
+        "gauge",
+        "Unix time at which the TLS certificate being served expires (its notAfter)",
+        (),
+        "service",
+    ),
+    MetricName(
+        "kvcap_tls_certificate_reloads_total",
+        "counter",
+        "Re-reads of the TLS certificate and key after their files changed, by result",
+        ("result",),
+        "service",
     ),
 )
+
+LIBRARY_COLLECTORS: tuple[str, ...] = ("process_", "python_info", "python_gc_")
+"""Prefixes of the series prometheus-client's ProcessCollector, PlatformCollector and GCCollector add (CPU
+seconds, resident memory, open file descriptors, start time; the Python version; garbage collections)."""
 
 METRIC_NAMES: frozenset[str] = frozenset(m.name for m in METRICS)

@@ -28,5 +28,8 @@ async def metrics(request: Request) -> Response:
     capacities = predictions.capacities if predictions is not None else {}
     observations = live.observations if live is not None else {}
     self_metrics = SelfMetrics.of(live) if live is not None else None
-    body = await asyncio.to_thread(render_metrics, capacities, observations, self_metrics, admission_metrics)
+    service = getattr(request.app.state, "service_metrics", None)
+    body = await asyncio.to_thread(
+        render_metrics, capacities, observations, self_metrics, admission_metrics, service
+    )
     return Response(body, media_type=CONTENT_TYPE)

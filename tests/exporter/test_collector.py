@@ -17,6 +17,7 @@ from service.exporter.collector import (
     render_metrics,
 )
 from service.exporter.names import METRICS
+from service.exporter.service_metrics import ServiceMetrics
 from service.live.manager import DeploymentObservation, LiveTarget, aggregate
 from service.live.parser import parse_vllm_metrics
 from service.live.schemas import parse_live_source
@@ -174,7 +175,14 @@ def test_self_metrics_and_admission_counters_are_exported() -> None:
 
 def test_rendered_text_parses_back_and_declares_every_metric_in_names(busy_text: str) -> None:
     observation = observe([result("http://a:8000/metrics", busy_text)], errors={"parse": 1})
-    body = render_metrics({KEY: prediction()}, {KEY: observation}, SelfMetrics(), AdmissionMetrics())
+    admission = AdmissionMetrics()
+    admission.observe(verdict="malformed", kind="", duration_seconds=0.001)
+    service = ServiceMetrics()
+    service.observe_request(method="GET", route="/healthz", status=200, duration_seconds=0.001)
+    service.catalog_refreshed(1_767_225_600.0)
+    service.certificate_loaded(expiry_timestamp_seconds=1_800_000_000.0, reload=True)
+    service.certificate_reload_failed()
+    body = render_metrics({KEY: prediction()}, {KEY: observation}, SelfMetrics(), admission, service)
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     for spec in METRICS:
         family_name = spec.name.removesuffix("_total") if spec.kind == "counter" else spec.name
