@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import celpy
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -269,6 +270,48 @@ def test_pods_of_controllers_kvcap_reviews_never_reach_the_webhook() -> None:
     from service.admission import extract
 
     assert all(f"'{kind}'" in expression for kind in extract._REVIEWED_OWNERS)
+
+
+def owned_pod(kind: str, *, controller: bool = True) -> Object:
+    return {"metadata": {"ownerReferences": [{"kind": kind, "name": "x", "controller": controller}]}}
+
+
+# (resource, namespace, object) → whether the API server sends the request to kvcap at all.
+MATCH_CASES = [
+    ("pods", "llm", {"metadata": {"name": "bare"}}, True),
+    ("pods", "llm", owned_pod("ReplicaSet"), False),
+    ("pods", "llm", owned_pod("StatefulSet"), False),
+    ("pods", "llm", owned_pod("LeaderWorkerSet"), False),
+    ("pods", "llm", owned_pod("Job"), True),
+    ("pods", "llm", owned_pod("ReplicaSet", controller=False), True),
+    ("deployments", "llm", owned_pod("ReplicaSet"), True),
+    ("inferenceservices", "llm", {"metadata": {}}, True),
+    ("deployments", "kube-system", {"metadata": {}}, False),
+    ("pods", NAMESPACE, {"metadata": {}}, False),
+]
+
+
+def sent_to_webhook(conditions: list[Object], resource: str, namespace: str, obj: Object) -> bool:
+    """Evaluates matchConditions as the API server does: the webhook is called only if every one is true.
+
+    cel-python implements standard CEL (has(), exists(), in), which is all these expressions use."""
+    environment = celpy.Environment()
+    activation = {
+        "request": celpy.json_to_cel({"resource": {"resource": resource}, "namespace": namespace}),
+        "object": celpy.json_to_cel(obj),
+    }
+    return all(
+        bool(environment.program(environment.compile(c["expression"])).evaluate(activation))
+        for c in conditions
+    )
+
+
+@pytest.mark.parametrize(("resource", "namespace", "obj", "sent"), MATCH_CASES)
+def test_match_conditions_send_kvcap_only_what_it_reviews(
+    resource: str, namespace: str, obj: Object, sent: bool
+) -> None:
+    conditions = webhook(render("defaults.yaml"))["matchConditions"]
+    assert sent_to_webhook(conditions, resource, namespace, obj) is sent
 
 
 # --- cert-manager: a CA chain and caBundle injection -----------------------------------------------------------

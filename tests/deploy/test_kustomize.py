@@ -172,6 +172,29 @@ def test_webhook_reviews_opted_in_namespaces_only_and_never_its_own_or_kube_syst
     ]
 
 
+@pytest.mark.parametrize(
+    ("resource", "namespace", "obj", "sent"),
+    [
+        ("pods", "llm", {"metadata": {}}, True),
+        (
+            "pods",
+            "llm",
+            {"metadata": {"ownerReferences": [{"kind": "ReplicaSet", "controller": True}]}},
+            False,
+        ),
+        ("deployments", "kube-system", {"metadata": {}}, False),
+        ("deployments", "kvcap", {"metadata": {}}, False),
+    ],
+)
+def test_match_conditions_send_kvcap_only_what_it_reviews(
+    resource: str, namespace: str, obj: Object, sent: bool
+):
+    from tests.deploy.test_helm_chart import sent_to_webhook
+
+    (webhook,) = one("ValidatingWebhookConfiguration")["webhooks"]
+    assert sent_to_webhook(webhook["matchConditions"], resource, namespace, obj) is sent
+
+
 def test_webhook_matches_the_helm_charts_defaults():
     from tests.deploy import test_helm_chart as chart
 
