@@ -555,9 +555,7 @@ def test_dashboards_config_map_carries_the_dashboard_for_grafanas_sidecar() -> N
     ],
 )
 def test_chart_files_are_byte_identical_to_the_tested_originals(copy_path: str, original: str) -> None:
-    assert (CHART / copy_path).read_bytes() == (ROOT / original).read_bytes(), (
-        f"cp {original} helm/kvcap/{copy_path}"
-    )
+    assert (CHART / copy_path).read_bytes() == (ROOT / original).read_bytes(), "run deploy/sync-copies"
 
 
 # --- the values schema (no helm needed) ------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def test_monitoring_component_ships_the_tested_alert_rules(tmp_path: Path):
     rule = one("PrometheusRule", with_monitoring(tmp_path))
     validate(rule)
     tested = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules" / "kvcap-alerts.yaml").read_text())
-    assert rule["spec"] == tested
+    assert rule["spec"] == tested, "run deploy/sync-copies"
 
 
 def test_namespaced_objects_live_in_the_kvcap_namespace():
