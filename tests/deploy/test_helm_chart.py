@@ -173,6 +173,16 @@ def test_each_optional_resource_appears_only_when_its_values_ask_for_it() -> Non
     assert kinds["cluster-issuer.yaml"].count("Certificate") == 1
 
 
+@pytest.mark.parametrize("major", HELM_MAJORS)
+def test_clusters_older_than_1_28_are_refused(major: int) -> None:
+    """The webhook's matchConditions are on by default from Kubernetes 1.28; older API servers would drop them."""
+    args = [helm(major), "template", RELEASE, CHART, "-f", VALUES_DIR / "defaults.yaml", "--kube-version"]
+    assert run([*args, "1.28.0"]).returncode == 0
+    refused = run([*args, "1.27.9"])
+    assert refused.returncode != 0
+    assert "kubeVersion" in refused.stderr
+
+
 def test_rendering_fails_without_a_database() -> None:
     result = run([helm(4), "template", RELEASE, CHART])
     assert result.returncode != 0
