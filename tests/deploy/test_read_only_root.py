@@ -1,9 +1,10 @@
 """kvcap runs on a read-only root filesystem, as the chart and deploy/kubernetes run it (readOnlyRootFilesystem:
-true, an emptyDir at /tmp, HOME and the working directory in /tmp like the image sets them).
+true, one writable emptyDir; the image points HOME and its working directory at it).
 
-The check runs the installed kvcap in a private mount namespace (``unshare -m``) whose root is remounted read-only,
-with a fresh tmpfs at /tmp: ``kvcap migrate``, ``kvcap catalog load`` (SQLite under /tmp) and ``kvcap serve``,
-which must answer /healthz, /readyz and /metrics. Anything kvcap tried to write outside /tmp would fail with EROFS.
+The check runs the installed kvcap in a private mount namespace (``unshare -m``) in which every mount is remounted
+read-only except one writable directory, which stands for the pod's /tmp volume and is HOME, TMPDIR and the working
+directory: ``kvcap migrate``, ``kvcap catalog load`` (SQLite in that directory) and ``kvcap serve``, which must
+answer /healthz, /readyz and /metrics. Anything kvcap tried to write elsewhere would fail with EROFS.
 
 Needs ``unshare`` and the right to create a mount namespace (root, as CI runs). Without them the test skips, unless
 ``KVCAP_REQUIRE_TOOLS=1``, where it fails.
@@ -27,14 +28,19 @@ ROOT = Path(__file__).resolve().parents[2]
 KVCAP = Path(sys.executable).with_name("kvcap")
 STARTUP_SECONDS = 150  # migrate, catalog load and start-up on a busy two-core machine
 
-# Inside the namespace: prove the root is read-only, give /tmp a tmpfs, then run kvcap as the image does.
+# Inside the namespace: every mount read-only (the kernel's own /proc, /sys and /dev aside), the volume writable,
+# a proof that the checkout is read-only, then kvcap as the image runs it.
 SCRIPT = """
 set -eu
 mount --make-rprivate /
-mount -o bind,remount,ro /
-mount -t tmpfs -o size=64m tmpfs /tmp
-if touch "$KVCAP_PROBE" 2>/dev/null; then echo "the root filesystem is still writable" >&2; exit 97; fi
-cd /tmp
+for mount_point in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
+  case "$mount_point" in /proc*|/sys*|/dev*) continue ;; esac
+  mount -o bind,remount,ro "$mount_point" 2>/dev/null || true
+done
+mount --bind "$KVCAP_VOLUME" "$KVCAP_VOLUME"
+mount -o bind,remount,rw "$KVCAP_VOLUME"
+if touch "$KVCAP_PROBE" 2>/dev/null; then echo "the checkout is still writable" >&2; exit 97; fi
+cd "$KVCAP_VOLUME"
 "$KVCAP_BIN" migrate
 "$KVCAP_BIN" catalog load
 exec "$KVCAP_BIN" serve --host 127.0.0.1 --port "$KVCAP_PORT"
@@ -55,13 +61,19 @@ def unshare() -> str:
     return path
 
 
-def test_kvcap_migrates_loads_and_serves_with_a_read_only_root_and_a_writable_tmp() -> None:
+def test_kvcap_migrates_loads_and_serves_with_a_read_only_root_and_one_writable_volume(
+    tmp_path: Path,
+) -> None:
     port = free_port()
+    volume = tmp_path / "volume"
+    volume.mkdir()
     environment = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": "/tmp",
+        "HOME": str(volume),
+        "TMPDIR": str(volume),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "KVCAP_DATABASE_URL": "sqlite:////tmp/kvcap.db",
+        "KVCAP_VOLUME": str(volume),
+        "KVCAP_DATABASE_URL": f"sqlite:///{volume}/kvcap.db",
         "KVCAP_BIN": str(KVCAP),
         "KVCAP_PORT": str(port),
         "KVCAP_PROBE": str(ROOT / ".read-only-probe"),
@@ -98,3 +110,4 @@ def test_kvcap_migrates_loads_and_serves_with_a_read_only_root_and_a_writable_tm
     assert "kvcap_" in responses["/metrics"].text
     assert "Read-only file system" not in output, output
     assert not (ROOT / ".read-only-probe").exists()
+    assert (volume / "kvcap.db").is_file()  # the one place it wrote
