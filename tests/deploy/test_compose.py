@@ -1,22 +1,21 @@
-"""The container image and the docker compose demo: the Dockerfile builds a non-root image with a health check,
-and docker-compose.yml wires kvcap, Postgres, the vLLM simulator, Prometheus and Grafana together with pinned
-images.
+"""The container image and the docker compose demo: the Dockerfile builds a non-root image from the lock file that
+never writes outside /tmp, hadolint finds nothing in it, and docker-compose.yml (checked by docker compose's own
+``config``) wires kvcap, Postgres, the vLLM simulator, Prometheus and Grafana together with pinned images.
 
-``docker compose config`` needs the compose plugin (not a daemon); without it that one optional test skips, even
-with ``KVCAP_REQUIRE_TOOLS=1`` (which only makes promtool and kubectl mandatory).
+hadolint and docker compose are external binaries (``.ci/install-tools`` installs both). Without them those tests
+skip, unless ``KVCAP_REQUIRE_TOOLS=1`` (CI), where a missing tool fails them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.deploy.tools import find, missing, require_tool, run
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -143,27 +142,38 @@ def test_every_image_is_pinned():
     assert ":latest" not in COMPOSE.read_text()
 
 
+def compose_command() -> list[str]:
+    """docker compose: the standalone binary .ci/install-tools installs, or the docker CLI's plugin."""
+    standalone = find("docker-compose")
+    if standalone:
+        return [standalone]
+    docker = find("docker")
+    if docker and run([docker, "compose", "version"], timeout=30).returncode == 0:
+        return [docker, "compose"]
+    missing(
+        "docker compose is not installed (needed to check docker-compose.yml; .ci/install-tools installs it)"
+    )
+    raise AssertionError("unreachable")
+
+
 def test_docker_compose_config_is_valid():
-    docker = shutil.which("docker")
-    probe = (
-        subprocess.run(
-            [docker, "compose", "version"], capture_output=True, text=True, timeout=30, check=False
-        )
-        if docker
-        else None
-    )
-    if probe is None or probe.returncode != 0:
-        # Optional, unlike promtool and kubectl: KVCAP_REQUIRE_TOOLS does not make this one mandatory.
-        pytest.skip("the docker compose plugin is not installed (optional check)")
-    result = subprocess.run(
-        [docker, "compose", "-f", str(COMPOSE), "config", "-q"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run([*compose_command(), "-f", COMPOSE, "config", "--quiet"], timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_docker_compose_config_resolves_the_demo_defaults():
+    result = run([*compose_command(), "-f", COMPOSE, "config", "--format", "json"], timeout=60)
+    assert result.returncode == 0, result.stderr
+    resolved = json.loads(result.stdout)["services"]
+    assert set(resolved) == SERVICES
+    assert resolved["kvcap"]["environment"]["KVCAP_API_TOKENS"] == "kvcap-demo-token"
+    assert resolved["kvcap-register"]["environment"]["KVCAP_TOKEN"] == "kvcap-demo-token"
+
+
+def test_hadolint_finds_nothing_in_the_dockerfile():
+    hadolint = require_tool("hadolint", "lint the Dockerfile")
+    result = run([hadolint, "--no-color", "--failure-threshold", "info", DOCKERFILE])
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_dockerfile_is_multi_stage_on_python_3_11_slim():
@@ -202,7 +212,33 @@ def test_image_copies_only_what_it_needs():
     for instruction, arguments in dockerfile_instructions():
         if instruction == "COPY" and not arguments.startswith("--from"):
             sources |= set(arguments.split()[:-1])
-    assert sources == {"pyproject.toml", "README.md", "service/", "migrations/"}
+    assert sources == {"requirements.lock", "pyproject.toml", "README.md", "service/"}
     ignored = DOCKERIGNORE.read_text().splitlines()
     assert "*" in ignored
-    assert {"!pyproject.toml", "!README.md", "!service", "!migrations"} <= set(ignored)
+    assert {"!requirements.lock", "!pyproject.toml", "!README.md", "!service"} <= set(ignored)
+
+
+def test_dependencies_come_from_the_lock_file_and_nothing_else():
+    runs = [arguments for instruction, arguments in dockerfile_instructions() if instruction == "RUN"]
+    installs = [r for r in runs if "pip install" in r]
+    assert installs[0] == "pip install --no-deps -r requirements.lock"
+    # kvcap's own wheel: no dependency resolution (everything came from the lock) and not editable.
+    assert all("--no-deps" in r for r in installs)
+    assert not any(" -e " in r for r in installs)
+
+
+def test_runtime_image_writes_nothing_outside_tmp():
+    """The chart runs it with readOnlyRootFilesystem: bytecode is compiled at build time and never written, HOME
+    and the working directory are the /tmp emptyDir, and only the virtual environment is copied in."""
+    stage = runtime_stage()
+    environment = " ".join(arguments for instruction, arguments in stage if instruction == "ENV")
+    assert "PYTHONDONTWRITEBYTECODE=1" in environment
+    assert "HOME=/tmp" in environment
+    assert dict(stage)["WORKDIR"] == "/tmp"
+    copies = [arguments for instruction, arguments in stage if instruction == "COPY"]
+    assert copies == ["--from=build /opt/venv /opt/venv"]
+    build_runs = " ".join(
+        a for i, a in dockerfile_instructions()[: len(dockerfile_instructions()) - len(stage)] if i == "RUN"
+    )
+    assert "python -m compileall" in build_runs
+    assert "kvcap migrate" in build_runs  # the wheel finds its migrations

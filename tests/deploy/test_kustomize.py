@@ -1,9 +1,8 @@
 """The plain Kubernetes manifests in deploy/kubernetes (a kustomize base): they render with
 ``kubectl kustomize``, every object is valid against the Kubernetes OpenAPI schemas shipped with
-``kubernetes-validate``, and the admission webhook and the server are configured safely.
-
-Custom resources have no schema in kubernetes-validate (cert-manager's Issuer/Certificate, the Prometheus
-Operator's ServiceMonitor); their required fields are checked by hand instead.
+``kubernetes-validate`` (core kinds) or the vendored CRDs in tests/data/crds (cert-manager's Issuer/Certificate, the
+Prometheus Operator's ServiceMonitor/PrometheusRule), and the admission webhook and the server are configured
+safely.
 
 kubectl is an external binary. Without it these tests skip, unless ``KVCAP_REQUIRE_TOOLS=1`` (CI), where a missing
 tool fails the run instead.
@@ -11,10 +10,9 @@ tool fails the run instead.
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import subprocess
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
+from tests import crds
+from tests.deploy.tools import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "kubernetes"
@@ -32,20 +33,9 @@ SELECTOR_LABELS = {"app.kubernetes.io/name": "kvcap", "app.kubernetes.io/instanc
 Object = dict[str, Any]
 
 
-def require_tool(name: str) -> str:
-    """Path of an external tool; skip without it, or fail when KVCAP_REQUIRE_TOOLS=1."""
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} is not installed (needed to render deploy/kubernetes)"
-        if os.environ.get("KVCAP_REQUIRE_TOOLS") == "1":
-            pytest.fail(f"{message}; KVCAP_REQUIRE_TOOLS=1 makes a missing tool an error")
-        pytest.skip(message)
-    return path
-
-
 @cache
 def _kustomize(directory: Path) -> tuple[Object, ...]:
-    kubectl = require_tool("kubectl")
+    kubectl = require_tool("kubectl", "render deploy/kubernetes")
     result = subprocess.run(
         [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
     )
@@ -63,39 +53,10 @@ def one(kind: str, objects: tuple[Object, ...] | None = None) -> Object:
     return matches[0]
 
 
-def _certificate(obj: Object) -> None:
-    spec = obj["spec"]
-    assert spec["secretName"]
-    assert spec["dnsNames"]
-    assert spec["issuerRef"]["name"]
-
-
-def _issuer(obj: Object) -> None:
-    spec = obj["spec"]
-    assert len({"selfSigned", "ca", "acme", "vault", "venafi"} & set(spec)) == 1
-
-
-def _service_monitor(obj: Object) -> None:
-    spec = obj["spec"]
-    assert spec["selector"]["matchLabels"]
-    assert spec["endpoints"]
-    for endpoint in spec["endpoints"]:
-        assert endpoint.get("port") or endpoint.get("targetPort")
-
-
-# Kinds kubernetes-validate has no schema for, with a hand check of the fields their CRDs require.
-CUSTOM_RESOURCES: dict[tuple[str, str], Callable[[Object], None]] = {
-    ("cert-manager.io/v1", "Certificate"): _certificate,
-    ("cert-manager.io/v1", "Issuer"): _issuer,
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): _service_monitor,
-}
-
-
 def validate(obj: Object) -> None:
-    key = (obj["apiVersion"], obj["kind"])
     assert obj["metadata"]["name"]
-    if key in CUSTOM_RESOURCES:
-        CUSTOM_RESOURCES[key](obj)
+    if (obj["apiVersion"], obj["kind"]) in crds.schemas():
+        crds.validate(obj)
         return
     kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
@@ -114,6 +75,8 @@ def test_base_renders_the_expected_objects():
             "PodDisruptionBudget",
             "Job",
             "Issuer",
+            "Issuer",
+            "Certificate",
             "Certificate",
             "ValidatingWebhookConfiguration",
         ]
@@ -128,9 +91,10 @@ def test_every_rendered_object_is_valid():
             pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {error.message} at {list(error.path)}")
 
 
-def test_monitoring_component_renders_a_valid_service_monitor(tmp_path: Path):
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
+@cache
+def with_monitoring(tmp: Path) -> tuple[Object, ...]:
+    overlay = tmp / "overlay"
+    overlay.mkdir(exist_ok=True)
     (overlay / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
@@ -141,13 +105,28 @@ def test_monitoring_component_renders_a_valid_service_monitor(tmp_path: Path):
             }
         )
     )
-    objects = _kustomize(overlay)
+    return _kustomize(overlay)
+
+
+def test_monitoring_component_renders_a_valid_service_monitor_as_job_kvcap(tmp_path: Path):
+    objects = with_monitoring(tmp_path)
     monitor = one("ServiceMonitor", objects)
     validate(monitor)
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    assert one("Service", objects)["metadata"]["labels"]["app.kubernetes.io/name"] == "kvcap"
     endpoint = monitor["spec"]["endpoints"][0]
     assert endpoint["port"] == "metrics"
     assert endpoint["honorLabels"] is True
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": "kvcap-webhook-tls", "key": "ca.crt"}
     assert monitor["spec"]["selector"]["matchLabels"] == SELECTOR_LABELS
+
+
+def test_monitoring_component_ships_the_tested_alert_rules(tmp_path: Path):
+    rule = one("PrometheusRule", with_monitoring(tmp_path))
+    validate(rule)
+    tested = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules" / "kvcap-alerts.yaml").read_text())
+    assert rule["spec"] == tested, "run deploy/sync-copies"
 
 
 def test_namespaced_objects_live_in_the_kvcap_namespace():
@@ -157,13 +136,13 @@ def test_namespaced_objects_live_in_the_kvcap_namespace():
             assert obj["metadata"]["namespace"] == "kvcap", obj["kind"]
 
 
-def test_webhook_is_v1_side_effect_free_and_fails_closed_quickly():
+def test_webhook_is_v1_side_effect_free_and_fails_open_quickly():
     config = one("ValidatingWebhookConfiguration")
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kvcap/kvcap-webhook"
     (webhook,) = config["webhooks"]
     assert webhook["admissionReviewVersions"] == ["v1"]
     assert webhook["sideEffects"] == "None"
-    assert webhook["failurePolicy"] == "Fail"
+    assert webhook["failurePolicy"] == "Ignore"
     assert webhook["timeoutSeconds"] == 5
     assert webhook["clientConfig"]["service"] == {
         "name": "kvcap",
@@ -173,15 +152,65 @@ def test_webhook_is_v1_side_effect_free_and_fails_closed_quickly():
     }
 
 
-def test_webhook_skips_its_own_namespace_and_opted_out_objects():
+def test_webhook_reviews_opted_in_namespaces_only_and_never_its_own_or_kube_system():
     (webhook,) = one("ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["namespaceSelector"]["matchLabels"] == {"kvcap.io/admission": "enabled"}
     (expression,) = webhook["namespaceSelector"]["matchExpressions"]
-    assert expression["key"] == "kubernetes.io/metadata.name"
-    assert expression["operator"] == "NotIn"
-    assert "kvcap" in expression["values"]
+    assert expression == {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": ["kvcap", "kube-system"],
+    }
+    conditions = {c["name"]: c["expression"] for c in webhook["matchConditions"]}
+    listed = conditions["not-an-excluded-namespace"].removeprefix("!(request.namespace in ").removesuffix(")")
+    assert set(json.loads(listed)) == {"kvcap", "kube-system"}
+    assert conditions["not-a-pod-of-a-reviewed-controller"].startswith(
+        "request.resource.resource != 'pods' ||"
+    )
     assert webhook["objectSelector"]["matchExpressions"] == [
         {"key": "kvcap.io/skip", "operator": "NotIn", "values": ["true"]}
     ]
+
+
+@pytest.mark.parametrize(
+    ("resource", "namespace", "obj", "sent"),
+    [
+        ("pods", "llm", {"metadata": {}}, True),
+        (
+            "pods",
+            "llm",
+            {"metadata": {"ownerReferences": [{"kind": "ReplicaSet", "controller": True}]}},
+            False,
+        ),
+        ("deployments", "kube-system", {"metadata": {}}, False),
+        ("deployments", "kvcap", {"metadata": {}}, False),
+    ],
+)
+def test_match_conditions_send_kvcap_only_what_it_reviews(
+    resource: str, namespace: str, obj: Object, sent: bool
+):
+    from tests.deploy.test_helm_chart import sent_to_webhook
+
+    (webhook,) = one("ValidatingWebhookConfiguration")["webhooks"]
+    assert sent_to_webhook(webhook["matchConditions"], resource, namespace, obj) is sent
+
+
+def test_webhook_matches_the_helm_charts_defaults():
+    from tests.deploy import test_helm_chart as chart
+
+    (ours,) = one("ValidatingWebhookConfiguration")["webhooks"]
+    theirs = chart.webhook(chart.render("defaults.yaml"))
+    for key in (
+        "failurePolicy",
+        "timeoutSeconds",
+        "sideEffects",
+        "objectSelector",
+        "rules",
+        "admissionReviewVersions",
+    ):
+        assert ours[key] == theirs[key], key
+    assert ours["namespaceSelector"]["matchLabels"] == theirs["namespaceSelector"]["matchLabels"]
+    assert [c["name"] for c in ours["matchConditions"]] == [c["name"] for c in theirs["matchConditions"]]
 
 
 def test_webhook_reviews_the_workload_kinds_that_run_vllm():
@@ -201,11 +230,18 @@ def test_webhook_reviews_the_workload_kinds_that_run_vllm():
     }
 
 
-def test_certificate_covers_the_webhook_service_and_lands_in_the_mounted_secret():
-    certificate = one("Certificate")
-    assert "kvcap.kvcap.svc" in certificate["spec"]["dnsNames"]
+def test_serving_certificate_comes_from_a_ca_chain_and_lands_in_the_mounted_secret():
+    issuers = {o["metadata"]["name"]: o["spec"] for o in rendered() if o["kind"] == "Issuer"}
+    certificates = {o["metadata"]["name"]: o["spec"] for o in rendered() if o["kind"] == "Certificate"}
+    assert issuers["kvcap-selfsigned"] == {"selfSigned": {}}
+    assert certificates["kvcap-ca"]["isCA"] is True
+    assert certificates["kvcap-ca"]["issuerRef"]["name"] == "kvcap-selfsigned"
+    assert issuers["kvcap-ca"] == {"ca": {"secretName": certificates["kvcap-ca"]["secretName"]}}
+    leaf = certificates["kvcap-webhook"]
+    assert leaf["issuerRef"] == {"group": "cert-manager.io", "kind": "Issuer", "name": "kvcap-ca"}
+    assert "kvcap.kvcap.svc" in leaf["dnsNames"]
     volumes = one("Deployment")["spec"]["template"]["spec"]["volumes"]
-    assert {"name": "webhook-tls", "secret": {"secretName": certificate["spec"]["secretName"]}} in volumes
+    assert {"name": "webhook-tls", "secret": {"secretName": leaf["secretName"]}} in volumes
 
 
 def test_selectors_use_only_name_and_instance():
@@ -213,6 +249,10 @@ def test_selectors_use_only_name_and_instance():
     assert deployment["spec"]["selector"]["matchLabels"] == SELECTOR_LABELS
     assert one("Service")["spec"]["selector"] == SELECTOR_LABELS
     assert one("PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == SELECTOR_LABELS
+
+
+def test_disruption_budget_lets_a_drain_progress():
+    assert one("PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
 
 def test_migration_pods_are_not_selected_by_the_service():
@@ -242,8 +282,13 @@ def test_server_is_two_hardened_replicas_with_https_probes():
         "kvcap-config"
     }
     assert {e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e} == {"kvcap-secrets"}
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["KVCAP_TLS_CERT_FILE"].startswith("/etc/kvcap/tls/")
+    args = container["args"]
+    assert args[:5] == ["serve", "--host", "0.0.0.0", "--port", "8443"]
+    assert args[args.index("--ssl-certfile") + 1] == "/etc/kvcap/tls/tls.crt"
+    assert args[args.index("--ssl-keyfile") + 1] == "/etc/kvcap/tls/tls.key"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/etc/kvcap/tls"]["readOnly"] is True
+    assert [path for path, m in mounts.items() if not m.get("readOnly")] == ["/tmp"]
 
 
 def test_service_exposes_https_443_and_metrics():

@@ -1,5 +1,6 @@
 """The Prometheus side of the deployment: the alert rules parse, their promtool unit tests pass, they only use
-metric names the exporter defines, and the demo's prometheus.yml is a valid configuration.
+metric names the exporter defines, the demo's prometheus.yml is a valid configuration, and the promtool that checks
+them is the Prometheus release the compose demo runs.
 
 promtool is an external binary. Without it these tests skip, unless ``KVCAP_REQUIRE_TOOLS=1`` (CI), where a
 missing tool fails the run instead of silently skipping it.
@@ -7,16 +8,15 @@ missing tool fails the run instead of silently skipping it.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from service.exporter.names import METRIC_NAMES, METRICS
+from tests.deploy.tools import require_tool
+from tests.deploy.tools import run as run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
@@ -28,21 +28,12 @@ KVCAP_NAME = re.compile(r"\bkvcap_[a-z0-9_]+")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-def require_tool(name: str) -> str:
-    """Path of an external tool; skip without it, or fail when KVCAP_REQUIRE_TOOLS=1."""
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} is not installed (needed to check deploy/prometheus)"
-        if os.environ.get("KVCAP_REQUIRE_TOOLS") == "1":
-            pytest.fail(f"{message}; KVCAP_REQUIRE_TOOLS=1 makes a missing tool an error")
-        pytest.skip(message)
-    return path
+def run(*args: str | Path, cwd: Path = ROOT):
+    return run_tool(args, cwd=cwd)
 
 
-def run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
-    )
+def promtool() -> str:
+    return require_tool("promtool", "check deploy/prometheus (Debian package 'prometheus')")
 
 
 def exported_name(series: str) -> str:
@@ -61,14 +52,12 @@ def rules() -> list[dict]:
 
 
 def test_alert_rules_pass_promtool_check_rules():
-    promtool = require_tool("promtool")
-    result = run(promtool, "check", "rules", RULES)
+    result = run(promtool(), "check", "rules", RULES)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_alert_rules_pass_their_promtool_unit_tests():
-    promtool = require_tool("promtool")
-    result = run(promtool, "test", "rules", RULE_TESTS)
+    result = run(promtool(), "test", "rules", RULE_TESTS)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -107,7 +96,7 @@ def test_every_alert_has_summary_description_runbook_and_severity():
 
 
 def test_demo_prometheus_config_is_valid_and_loads_the_rules(tmp_path: Path):
-    promtool = require_tool("promtool")
+    tool = promtool()
     config = yaml.safe_load(CONFIG.read_text())
     assert {job["job_name"] for job in config["scrape_configs"]} >= {"kvcap", "vllm"}
     # The config names the rules by their path inside the container; point it at the repository's copy so that
@@ -118,7 +107,7 @@ def test_demo_prometheus_config_is_valid_and_loads_the_rules(tmp_path: Path):
     config["rule_files"] = [str(rule_dir / "*.yaml")]
     local = tmp_path / "prometheus.yml"
     local.write_text(yaml.safe_dump(config))
-    result = run(promtool, "check", "config", local)
+    result = run(tool, "check", "config", local)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rules found" in result.stdout + result.stderr, "promtool did not load the rule files"
 
@@ -127,3 +116,41 @@ def test_demo_prometheus_config_keeps_kvcaps_own_namespace_and_deployment_labels
     config = yaml.safe_load(CONFIG.read_text())
     kvcap = next(job for job in config["scrape_configs"] if job["job_name"] == "kvcap")
     assert kvcap["honor_labels"] is True
+
+
+SELF_ALERTS = {
+    # kvcap down: a replica that does not answer scrapes, and no replica scraped at all.
+    "KvcapDown": "up",
+    "KvcapAbsent": "up",
+    "KvcapWebhookErrors": "kvcap_admission_errors_total",
+    "KvcapWebhookSlow": "kvcap_admission_review_duration_seconds_bucket",
+    "KvcapCertificateExpiresSoon": "kvcap_tls_certificate_expiry_timestamp_seconds",
+    "KvcapTargetDown": "kvcap_target_up",
+    "KvcapLiveDataStale": "kvcap_last_refresh_timestamp_seconds",
+    "KvcapCatalogRefreshStale": "kvcap_catalog_refresh_timestamp_seconds",
+}
+
+
+def test_kvcap_watches_itself():
+    by_name = {rule["alert"]: rule for rule in rules() if "alert" in rule}
+    for alert, series in SELF_ALERTS.items():
+        assert re.search(rf"\b{series}\b", by_name[alert]["expr"]), alert
+
+
+def test_webhook_latency_alert_fires_at_80_percent_of_the_charts_default_timeout():
+    chart_values = yaml.safe_load((ROOT / "helm" / "kvcap" / "values.yaml").read_text())
+    timeout_seconds = chart_values["webhook"]["timeoutSeconds"]
+    (slow,) = [rule for rule in rules() if rule.get("alert") == "KvcapWebhookSlow"]
+    assert slow["expr"].startswith("histogram_quantile(0.99, ")
+    assert slow["expr"].endswith(f"> 0.8 * {timeout_seconds}")
+
+
+def test_promtool_is_the_prometheus_release_the_compose_demo_runs():
+    """Rules checked by one Prometheus release and loaded by another can disagree (PromQL and rule-file syntax
+    change between releases), so CI's promtool and the compose image are the same version."""
+    result = run(promtool(), "--version")
+    match = re.search(r"promtool, version (\d+\.\d+\.\d+)", result.stdout + result.stderr)
+    assert match, result.stdout + result.stderr
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    image = compose["services"]["prometheus"]["image"]
+    assert image == f"prom/prometheus:v{match.group(1)}"
