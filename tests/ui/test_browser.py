@@ -299,9 +299,10 @@ def test_a_pasted_manifest_shows_its_verdict_and_its_plan(server: str, watched: 
     page.click(".show-plan")
     page.wait_for_function("new URLSearchParams(location.search).get('gpu') === 'l4'")
     _ready(page)
-    assert _segments(page) == _expected_segments(
-        _plan(server, model="llama-3.1-8b", gpu="l4", max_model_len=8192)
-    )
+    engine = page.input_value("#f-engine")
+    assert engine == "vllm-0.11"  # from the image tag vllm/vllm-openai:v0.11.0
+    expected = _plan(server, model="llama-3.1-8b", gpu="l4", max_model_len=8192, engine=engine)
+    assert _segments(page) == _expected_segments(expected)
     assert watched.problems == []
 
 
