@@ -232,7 +232,7 @@ def test_changing_the_gpu_redraws_without_a_reload(server: str, watched: Watched
     page.wait_for_function("new URLSearchParams(location.search).get('gpu') === 'h100-sxm-80gb'")
     _ready(page)
     page.wait_for_function(
-        "document.querySelector('#memory-svg rect[data-segment=kv]').dataset.bytes !== arguments[0]",
+        "(before) => document.querySelector('#memory-svg rect[data-segment=kv]').dataset.bytes !== before",
         arg=str(before["kv"]),
     )
     after = _segments(page)
