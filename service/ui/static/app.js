@@ -613,6 +613,7 @@ async function submitPlan() {
     renderVerdict(plan);
     renderMemory(plan);
     document.body.dataset.state = "planned";
+    if (mine === 1) performance.mark("kvcap-first-render");
     await Promise.all([
       renderCapacity(state, plan, defaultPlan || plan),
       plan.fits ? renderLoad(state, plan) : Promise.resolve(clearLoad()),
