@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import make_url
 
+from service.admission.manifests import router as checks_router
 from service.admission.router import router as admission_router
 from service.api.errors import install_error_handlers
 from service.api.health import router as health_router
@@ -30,6 +32,7 @@ from service.exporter.http import RequestMetrics
 from service.exporter.pipeline import Predictions, run_live_loop
 from service.exporter.router import router as metrics_router
 from service.exporter.service_metrics import ServiceMetrics
+from service.exporter.status import router as live_status_router
 from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import LiveManager
 from service.logs import configure_logging
@@ -38,6 +41,8 @@ from service.planning.router import PlanCache
 from service.planning.router import router as planning_router
 from service.settings import Settings, get_settings
 from service.version import kvcap_version
+from service.ui.router import STATIC as UI_STATIC
+from service.ui.router import router as ui_router
 
 logger = logging.getLogger("kvcap.app")
 
@@ -162,4 +167,8 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     app.include_router(deployments_router)
     app.include_router(admission_router)
     app.include_router(metrics_router)
+    app.include_router(checks_router)
+    app.include_router(live_status_router)
+    app.include_router(ui_router)
+    app.mount("/ui/static", StaticFiles(directory=str(UI_STATIC)), name="ui-static")
     return app

@@ -36,7 +36,7 @@ from service.planning.schemas import (
     SweepRequestBody,
 )
 from service.planning.service import make_plan
-from service.render import render_options, render_plan, render_recommendation
+from service.render import render_capacity_curve, render_options, render_plan, render_recommendation
 from service.settings import get_settings
 
 app = typer.Typer(
@@ -293,7 +293,47 @@ def plan(
         print(result.model_dump_json(indent=2))
     else:
         render_plan(out, result)
+        render_capacity_curve(out, _capacity_rows(body, result, server))
     raise typer.Exit(0 if result.fits else 1)
+
+
+def capacity_lengths(max_model_len: int, model_max: int) -> list[int]:
+    """Context lengths for the capacity table: powers of two from 2,048 up to the model's maximum, and the
+    current setting."""
+    lengths = {max_model_len, model_max}
+    length = 2048
+    while length < model_max:
+        lengths.add(length)
+        length *= 2
+    return sorted(lengths)[-8:]
+
+
+def _capacity_rows(
+    body: PlanRequestBody, result: PlanResponse, server: str | None
+) -> list[tuple[int, PlanResponse]]:
+    """The same plan at other ``max_model_len`` values, as the planner answers each (offline or the server)."""
+
+    def at(length: int | None) -> PlanResponse | None:
+        changed = body.model_copy(
+            update={"max_model_len": length, "prompt_tokens": None, "output_tokens": None}
+        )
+        try:
+            if server:
+                return PlanResponse.model_validate(
+                    _post(server, "/v1/plans", changed.model_dump(mode="json", exclude_none=True))
+                )
+            return make_plan(builtin_snapshot(), changed)
+        except (ServiceError, CoreError, typer.Exit):
+            return None
+
+    default = result if body.max_model_len is None else at(None)
+    model_max = default.settings.max_model_len if default is not None else result.settings.max_model_len
+    rows: list[tuple[int, PlanResponse]] = []
+    for length in capacity_lengths(result.settings.max_model_len, model_max):
+        answer = result if length == result.settings.max_model_len else at(length)
+        if answer is not None:
+            rows.append((length, answer))
+    return rows
 
 
 def _workload(

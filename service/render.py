@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from service.planning.schemas import OptionOut, PlanResponse, RecommendationOut
 
@@ -12,6 +15,65 @@ GIB = 1024**3
 
 def _gib(n: int) -> str:
     return f"{n / GIB:,.2f} GiB"
+
+
+# The memory bar's segments, in the order vLLM carves the budget (seed article's picture, per GPU).
+MEMORY_SEGMENTS = (
+    ("weights", "weights_bytes", "blue"),
+    ("activation peak", "activation_bytes", "dark_orange"),
+    ("non-torch", "non_torch_bytes", "grey50"),
+    ("CUDA graphs", "cudagraph_bytes", "magenta"),
+    ("KV cache", "kv_cache_bytes", "green"),
+)
+
+
+def bar_cells(values: Sequence[int], width: int) -> list[int]:
+    """Split ``width`` cells in proportion to ``values`` (largest remainder), so the cells add up exactly."""
+    total = sum(values)
+    if total <= 0:
+        return [0 for _ in values]
+    exact = [v * width / total for v in values]
+    cells = [int(x) for x in exact]
+    by_remainder = sorted(range(len(values)), key=lambda i: exact[i] - cells[i], reverse=True)
+    for i in by_remainder[: width - sum(cells)]:
+        cells[i] += 1
+    return cells
+
+
+def memory_bar(plan: PlanResponse, width: int = 64) -> Text:
+    """One GPU's memory as a bar: each term's share of the device, and what lies outside the budget."""
+    mem = plan.memory
+    parts = [(name, max(0, int(getattr(mem, field))), style) for name, field, style in MEMORY_SEGMENTS]
+    parts.append(("unused", max(0, mem.total_bytes - sum(b for _, b, _ in parts)), "grey23"))
+    bar = Text()
+    for (_, _, style), cells in zip(parts, bar_cells([b for _, b, _ in parts], width), strict=True):
+        bar.append("█" * cells, style=style)
+    legend = Text()
+    for name, n_bytes, style in parts:
+        legend.append("■ ", style=style)
+        legend.append(f"{name} {n_bytes / GIB:,.2f} GiB  ")
+    return Text.assemble(bar, "\n", legend)
+
+
+def render_capacity_curve(
+    console: Console, rows: Sequence[tuple[int, PlanResponse]], *, width: int = 30
+) -> None:
+    """Requests held at once against ``max_model_len``, a bar per row (the plans come from the planner)."""
+    if not rows:
+        return
+    table = Table(show_header=True, header_style="bold", title="Capacity vs max_model_len")
+    table.add_column("max_model_len", justify="right")
+    table.add_column("requests at once", justify="right")
+    table.add_column("", min_width=width)
+    top = max((p.kv_cache.max_concurrency for _, p in rows if p.fits), default=0.0)
+    for length, answer in rows:
+        if not answer.fits:
+            table.add_row(f"{length:,}", "[red]won't start[/red]", "")
+            continue
+        concurrency = answer.kv_cache.max_concurrency
+        cells = round(width * concurrency / top) if top > 0 else 0
+        table.add_row(f"{length:,}", f"{concurrency:,.2f}x", Text("█" * max(1, cells), style="green"))
+    console.print(table)
 
 
 def render_plan(console: Console, plan: PlanResponse) -> None:
@@ -57,6 +119,7 @@ def render_plan(console: Console, plan: PlanResponse) -> None:
     ):
         memory.add_row(name, f"{value:,}", f"{value / GIB:,.2f}")
     console.print(memory)
+    console.print(memory_bar(plan))
     for message in plan.messages:
         colour = {"error": "red", "warning": "yellow"}.get(message.level, "dim")
         console.print(f"[{colour}]{message.level}[/{colour}] {message.text}", highlight=False)

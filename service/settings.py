@@ -113,6 +113,10 @@ class Settings(BaseSettings):
         default=10.0, gt=0, le=3600, description="how often the certificate files are checked for a rotation"
     )
 
+    ui_grafana_url: str | None = Field(
+        default=None, description="Grafana dashboard URL the plan explorer links registered deployments to"
+    )
+
     admission_mode: Literal["enforce", "audit"] = "enforce"
     admission_failure_policy: Literal["fail-open", "fail-closed"] = "fail-closed"
     admission_low_headroom_ratio: float = Field(default=0.1, ge=0, le=1)
