@@ -1,0 +1,287 @@
+"""Stage 1, settings: the request checked the way ``vllm serve`` checks its arguments, and every default filled in.
+
+Nothing here measures memory. What vLLM rejects outright raises ``InvalidSpec`` naming the flag; what vLLM
+accepts but changes (an ``int8`` KV cache alias, bf16 cast to fp16 on GPUs without it) or refuses later
+(heads that TP cannot split, a length over the model's) becomes a message of this stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
+from service.core.engines import EngineProfile, resolve_engine
+from service.core.errors import InvalidSpec
+from service.core.kv_cache import kv_heads_per_rank
+from service.core.overheads import OverheadCoefficients
+from service.core.planner.request import DEVICES, PlanRequest
+from service.core.planner.results import Message
+from service.core.specs import GpuSpec, ModelSpec
+from service.core.units import GIB, fmt_int
+from service.core.weights import QuantScheme, resolve_quantization
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """The request as vLLM will run it: release rules, resolved dtypes and every default."""
+
+    engine: EngineProfile
+    model: ModelSpec
+    gpu: GpuSpec | None
+    device: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    kv_dtype: KvCacheDtype
+    quantization: QuantScheme | None
+    dtype: str
+    derived_max_model_len: int | None  # from config.json; the bound of the length search
+    max_model_len: int  # as asked (or derived); ``max_model_len auto`` may lower it later
+    max_model_len_auto: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    kv_cache_memory_bytes: int | None
+    num_gpu_blocks_override: int | None
+    block_size: int  # before hybrid models raise it to unify page sizes (layout stage)
+    enforce_eager: bool
+    async_scheduling: bool
+    coefficients: OverheadCoefficients
+    detail: bool
+    exact: bool  # the KV budget or block count was given, so block counts are exact
+    messages: tuple[Message, ...]
+
+
+def resolve_settings(request: PlanRequest) -> Settings:
+    """Check the request and fill in the release's defaults (``EngineArgs`` / ``VllmConfig`` post-init)."""
+    model, gpu = request.model, request.gpu
+    engine = resolve_engine(request.engine)
+    tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
+    messages: list[Message] = []
+
+    _reject_invalid(request, engine)
+    kv_name = request.kv_cache_dtype
+    if kv_name is not None and kv_name.strip().lower() == "int8" and engine.overheads:
+        if not engine.per_token_head_kv:
+            raise InvalidSpec(
+                f"int8 KV cache is not available in {engine.engine} (int8_per_token_head from 0.20)",
+                field="kv_cache_dtype",
+            )
+        kv_name = "int8_per_token_head"
+        messages.append(
+            Message(
+                level="info",
+                code="kv_dtype_alias",
+                text="int8 KV cache means vLLM's int8_per_token_head (1 byte + fp32 scales per head)",
+            )
+        )
+    kv_dtype = resolve_kv_cache_dtype(kv_name)
+    if kv_dtype.scale_bytes_per_head and not engine.per_token_head_kv:
+        raise InvalidSpec(
+            f"{kv_dtype.name} does not exist in {engine.engine} (added in 0.20)", field="kv_cache_dtype"
+        )
+    if (
+        kv_dtype.name.startswith("fp8")
+        and gpu is not None
+        and not gpu.supports_fp8
+        and request.device != "cpu"
+    ):
+        messages.append(
+            Message(
+                level="warning",
+                code="fp8_kv_unsupported",
+                text=f"{gpu.name} does not list an fp8 KV cache; vLLM may refuse or emulate it",
+            )
+        )
+    quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
+    dtype = request.dtype or model.torch_dtype
+    if gpu is not None and not gpu.supports_bf16 and dtype == "bfloat16" and request.device != "cpu":
+        dtype = "float16"
+        messages.append(
+            Message(
+                level="info",
+                code="dtype_cast",
+                text=f"{gpu.name} has no bfloat16: vLLM casts the model to float16",
+            )
+        )
+    messages.extend(_tensor_parallel_messages(model, tp))
+
+    derived_len = model.max_model_len or model.max_position_embeddings
+    if request.max_model_len is None and derived_len is None:
+        raise InvalidSpec(
+            "the model has no default context length; give max_model_len", field="max_model_len"
+        )
+    max_len = request.max_model_len or derived_len or 0
+    if derived_len and request.max_model_len and request.max_model_len > derived_len:
+        messages.append(
+            Message(
+                level="error",
+                code="max_model_len_over_derived",
+                text=(
+                    f"User-specified max_model_len ({fmt_int(request.max_model_len)}) is greater than the derived max_model_len "
+                    f"({fmt_int(derived_len)}) of the model's config.json; vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+                ),
+            )
+        )
+
+    default_mns, default_mnbt = batch_defaults(engine, gpu, request.device, tp * pp)
+    mns = request.max_num_seqs or default_mns
+    if request.max_num_batched_tokens is not None:
+        mnbt = request.max_num_batched_tokens
+    elif engine.v0:
+        mnbt = 2048 if max_len > 32768 else max(max_len, 2048)
+    else:
+        mnbt = min(default_mnbt, mns * max_len)
+    if request.max_num_seqs is None:
+        mns = min(mns, mnbt)
+    util = request.gpu_memory_utilization
+    async_scheduling = (
+        request.async_scheduling
+        if request.async_scheduling is not None
+        else (request.device != "cpu" and engine.version is not None and engine.version >= (0, 15))
+    )
+    return Settings(
+        engine=engine,
+        model=model,
+        gpu=gpu,
+        device=request.device,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        kv_dtype=kv_dtype,
+        quantization=quant,
+        dtype=dtype,
+        derived_max_model_len=derived_len,
+        max_model_len=max_len,
+        max_model_len_auto=request.max_model_len_auto,
+        max_num_seqs=mns,
+        max_num_batched_tokens=mnbt,
+        gpu_memory_utilization=util if util is not None else engine.default_gpu_memory_utilization,
+        kv_cache_memory_bytes=request.kv_cache_memory_bytes,
+        num_gpu_blocks_override=request.num_gpu_blocks_override,
+        block_size=request.block_size or default_block_size(model, engine, gpu, request.device),
+        enforce_eager=request.enforce_eager,
+        async_scheduling=async_scheduling,
+        coefficients=request.coefficients,
+        detail=request.detail,
+        exact=request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None,
+        messages=tuple(messages),
+    )
+
+
+def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
+    """Inputs vLLM rejects outright (argument parsing and ``CacheConfig``/``SchedulerConfig`` validation)."""
+    if request.tensor_parallel_size < 1:
+        raise InvalidSpec("must be ≥ 1", field="tensor_parallel_size")
+    if request.pipeline_parallel_size < 1:
+        raise InvalidSpec("must be ≥ 1", field="pipeline_parallel_size")
+    if request.device not in DEVICES:
+        raise InvalidSpec(f"must be one of {', '.join(DEVICES)}", field="device")
+    if request.gpu is None and request.kv_cache_memory_bytes is None:
+        raise InvalidSpec("is required unless kv_cache_memory_bytes is given", field="gpu")
+    util = request.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise InvalidSpec(f"must be in (0, 1], got {util}", field="gpu_memory_utilization")
+    if request.kv_cache_memory_bytes is not None:
+        if request.kv_cache_memory_bytes < 0:
+            raise InvalidSpec("must not be negative", field="kv_cache_memory_bytes")
+        if not engine.kv_cache_memory_bytes:
+            raise InvalidSpec(
+                f"--kv-cache-memory-bytes does not exist in {engine.engine} (added in 0.11)",
+                field="kv_cache_memory_bytes",
+            )
+    if request.max_model_len_auto and not engine.max_model_len_auto:
+        raise InvalidSpec(
+            f"--max-model-len auto does not exist in {engine.engine} (added in 0.15)", field="max_model_len"
+        )
+    for name in (
+        "max_model_len",
+        "block_size",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "num_gpu_blocks_override",
+    ):
+        value = getattr(request, name)
+        if value is not None and value < 1:
+            raise InvalidSpec("must be ≥ 1", field=name)
+
+
+def _tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:
+    """Heads that tensor parallelism must split evenly (``ModelConfig.verify_with_parallel_config``)."""
+    messages: list[Message] = []
+    if model.num_attention_heads % tp:
+        messages.append(
+            Message(
+                level="error",
+                code="tp_heads",
+                text=f"Total number of attention heads ({model.num_attention_heads}) must be divisible by tensor parallel size ({tp}).",
+            )
+        )
+    kv_total = model.num_key_value_heads
+    if not model.uses_mla and ((tp >= kv_total and tp % kv_total) or (tp < kv_total and kv_total % tp)):
+        messages.append(
+            Message(
+                level="error",
+                code="tp_kv_heads",
+                text=f"{kv_total} KV heads cannot be split evenly over tensor parallel size {tp}.",
+            )
+        )
+    if not model.uses_mla and tp > kv_total:
+        messages.append(
+            Message(
+                level="warning",
+                code="kv_head_replication",
+                text=(
+                    f"tensor-parallel-size {tp} exceeds the model's {kv_total} KV heads: each GPU stores {kv_heads_per_rank(kv_total, tp)} "
+                    "replicated head(s), so per-GPU KV memory no longer shrinks with TP"
+                ),
+            )
+        )
+    return messages
+
+
+def _is_blackwell(gpu: GpuSpec | None) -> bool:
+    return bool(gpu and gpu.compute_capability and gpu.compute_capability.split(".")[0] in ("10", "11", "12"))
+
+
+def is_datacenter_blackwell(gpu: GpuSpec | None) -> bool:
+    """SM 10.x (B200, GB200): vLLM's ``is_device_capability_family(100)`` (larger CUDA-graph ceiling, 0.28+)."""
+    return bool(gpu and gpu.compute_capability and gpu.compute_capability.split(".")[0] == "10")
+
+
+def _is_hopper(gpu: GpuSpec | None) -> bool:
+    return bool(gpu and gpu.compute_capability and gpu.compute_capability.startswith("9."))
+
+
+def default_block_size(model: ModelSpec, engine: EngineProfile, gpu: GpuSpec | None, device: str) -> int:
+    """16 on GPUs; 128 on the CPU backend (0.12+); MLA backends: FlashMLA 64 (Hopper), CUTLASS 128 (Blackwell)."""
+    if device == "cpu":
+        # The CPU backend's reference MLA kernel takes 16-token blocks (recorded with vLLM 0.32 on CPU).
+        if model.uses_mla and engine.version is not None and engine.version >= (0, 32):
+            return 16
+        return 128 if engine.version is None or engine.version >= (0, 12) else 16
+    if model.uses_mla and engine.overheads:
+        if _is_blackwell(gpu):
+            return 128
+        if engine.version is not None and engine.version < (0, 19):
+            return 64  # FlashMLA was forced for MLA before 0.19
+        return 64 if _is_hopper(gpu) else 16
+    return 16
+
+
+def batch_defaults(
+    engine: EngineProfile, gpu: GpuSpec | None, device: str, world_size: int
+) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) for ``vllm serve`` (``EngineArgs.get_batch_defaults``).
+
+    H100/H200-class GPUs (≥ 70 GiB, not A100) get 1024 sequences / 8192 tokens; ≥ 160 GiB (B200, 0.28+) 1024 /
+    16384; everything else 256 / 2048. V0 used 256 sequences. CPU: 128 × world / 2048 × world.
+    """
+    if device == "cpu":
+        return 128 * world_size, 2048 * world_size
+    if engine.v0:
+        return 256, 2048
+    memory_gib = gpu.memory_bytes / GIB if gpu else 0
+    if engine.large_gpu_batch_tier and memory_gib >= 160:
+        return 1024, 16384
+    if memory_gib >= 70 and not (gpu and "a100" in gpu.name.lower()):
+        return 1024, 8192
+    return 256, 2048

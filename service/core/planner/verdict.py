@@ -1,0 +1,122 @@
+"""Stage 7, the verdict: vLLM's start-up checks, in the wording of the release.
+
+The weights must load, some memory must be left for blocks, and one request of ``max_model_len`` tokens must fit
+(otherwise vLLM refuses and names the largest length that would). Together with the errors of earlier stages
+(heads that TP cannot split, a length over the model's, a failed auto-fit) they decide ``fits``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.engines import EngineProfile
+from service.core.planner.blocks import Blocks, Concurrency, LengthCheck
+from service.core.planner.memory import MemoryBudget
+from service.core.planner.results import Message, gib
+from service.core.planner.settings import Settings
+from service.core.units import GIB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    fits: bool
+    messages: tuple[Message, ...]  # this stage's checks only
+
+
+def judge(
+    settings: Settings,
+    memory: MemoryBudget,
+    blocks: Blocks,
+    check: LengthCheck,
+    capacity: Concurrency,
+    earlier: tuple[Message, ...],
+) -> Verdict:
+    """vLLM's start-up checks; ``fits`` when neither they nor an earlier stage raised an error."""
+    gpu, total, budget = settings.gpu, memory.total_bytes, memory.budget_bytes
+    heaviest, worst = blocks.heaviest, blocks.worst
+    kv_bytes = settings.kv_cache_memory_bytes
+    messages: list[Message] = []
+    if gpu is not None and kv_bytes is None:
+        if heaviest.weights_bytes >= total:
+            messages.append(
+                Message(
+                    level="error",
+                    code="weights_exceed_gpu",
+                    text=(
+                        f"Model weights need {gib(heaviest.weights_bytes)} GiB per GPU but the GPU has {gib(total)} GiB: loading fails "
+                        "with CUDA out of memory."
+                    ),
+                )
+            )
+        elif worst.available <= 0:
+            messages.append(
+                Message(
+                    level="error",
+                    code="no_memory_for_blocks",
+                    text=(
+                        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
+                        f"(budget {gib(budget)} GiB − weights {gib(worst.weights_bytes)} GiB − runtime {gib(worst.overheads.total_bytes)} GiB = "
+                        f"{gib(worst.available)} GiB)"
+                    ),
+                )
+            )
+    elif gpu is not None and kv_bytes is not None and heaviest.weights_bytes + kv_bytes > total:
+        messages.append(
+            Message(
+                level="error",
+                code="kv_bytes_exceed_gpu",
+                text=(
+                    f"weights ({gib(heaviest.weights_bytes)} GiB) + kv_cache_memory_bytes ({gib(kv_bytes)} GiB) exceed "
+                    f"the GPU's {gib(total)} GiB"
+                ),
+            )
+        )
+    n_blocks = blocks.num_gpu_blocks
+    if n_blocks <= 0 and not any(m.code in ("weights_exceed_gpu", "no_memory_for_blocks") for m in messages):
+        messages.append(
+            Message(
+                level="error",
+                code="no_memory_for_blocks",
+                text="No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+            )
+        )
+    max_len = capacity.max_model_len
+    if n_blocks > 0 and max_len and not capacity.requested_fits and not settings.max_model_len_auto:
+        messages.append(
+            Message(
+                level="error",
+                code="max_model_len_too_large",
+                text=max_len_message(
+                    settings.engine,
+                    max_len,
+                    capacity.max_model_len_that_fits,
+                    check.needed_bytes(worst, max_len),
+                    check.available_bytes(worst),
+                    check.v0_capacity_tokens,
+                ),
+            )
+        )
+    fits = not any(m.level == "error" for m in (*earlier, *messages))
+    return Verdict(fits=fits, messages=tuple(messages))
+
+
+def max_len_message(
+    engine: EngineProfile, length: int, estimate: int, needed: int, available: int, v0_tokens: int
+) -> str:
+    """vLLM's refusal when one max_model_len request does not fit, in the wording of the release."""
+    if engine.v0:
+        return (
+            f"The model's max seq len ({length}) is larger than the maximum number of tokens that can be stored in KV cache "
+            f"({v0_tokens}). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        )
+    owner = "models's" if engine.message_style == "models's" else "model's"
+    est = (
+        f" Based on the available memory, the estimated maximum model length is {estimate}."
+        if estimate > 0
+        else ""
+    )
+    return (
+        f"To serve at least one request with the {owner} max seq len ({length}), ({needed / GIB:.2f} GiB KV cache is needed, "
+        f"which is larger than the available KV cache memory ({available / GIB:.2f} GiB).{est} Try increasing "
+        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+    )
