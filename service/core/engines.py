@@ -62,6 +62,17 @@ class EngineProfile:
     refusal_counts_first_group_only: bool  # 0.15's refusal check under-counts hybrids
     refusal_per_layer: bool  # ≤0.12: the refusal check sums per-layer needs, without padding
     message_style: str  # "v0" | "models's" (≤0.21) | "model's" (0.25+)
+    # Defaults and checks that moved between releases (read by the planner's stages, never by version number):
+    async_scheduling_default: bool  # async scheduling on by default on GPUs (0.15+)
+    in_flight_batches_pp_plus_one: bool  # async scheduling keeps pp + 1 batches in flight (0.30+)
+    override_blocks_in_checks: bool  # the length check uses num_gpu_blocks_override's blocks (0.21+)
+    usage_context_batch_defaults: bool  # max_num_seqs / max_num_batched_tokens by GPU size (V1 EngineArgs)
+    chunked_prefill_above_tokens: (
+        int | None
+    )  # V0: chunked prefill only for longer max_model_len; None: always
+    cpu_block_size: int  # CPU backend's default block (128 from 0.12)
+    cpu_mla_block_size: int  # CPU backend's reference MLA kernel (16-token blocks from 0.32)
+    mla_forces_flashmla: bool  # FlashMLA (64-token blocks) chosen for MLA on every GPU (before 0.19)
 
     @property
     def label(self) -> str:
@@ -134,6 +145,14 @@ def resolve_engine(engine: str | None) -> EngineProfile:
             refusal_counts_first_group_only=False,
             refusal_per_layer=False,
             message_style="model's",
+            async_scheduling_default=False,
+            in_flight_batches_pp_plus_one=False,
+            override_blocks_in_checks=False,
+            usage_context_batch_defaults=True,
+            chunked_prefill_above_tokens=None,
+            cpu_block_size=128,
+            cpu_mla_block_size=128,
+            mla_forces_flashmla=False,
         )
     rules = min(version, NEWEST_VERSION)
     v0 = rules <= (0, 10) and not name.endswith("-v1")
@@ -146,6 +165,7 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         ratio = 1.25
     else:
         ratio = 1.5
+    cpu_block = 128 if _v(rules, (0, 12)) else 16
     return EngineProfile(
         engine=name,
         profile=profile,
@@ -171,4 +191,12 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         refusal_counts_first_group_only=(0, 15) <= rules < (0, 19),
         refusal_per_layer=rules <= (0, 12),
         message_style="v0" if v0 else "model's" if _v(rules, (0, 25)) else "models's",
+        async_scheduling_default=_v(rules, (0, 15)),
+        in_flight_batches_pp_plus_one=_v(rules, (0, 30)),
+        override_blocks_in_checks=_v(rules, (0, 21)),
+        usage_context_batch_defaults=not v0,
+        chunked_prefill_above_tokens=32768 if v0 else None,
+        cpu_block_size=cpu_block,
+        cpu_mla_block_size=16 if _v(rules, (0, 32)) else cpu_block,
+        mla_forces_flashmla=rules < (0, 19),
     )

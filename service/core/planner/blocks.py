@@ -113,9 +113,7 @@ def in_flight_tokens(engine: EngineProfile, *, mnbt: int, async_scheduling: bool
     if engine.in_flight_batches_async == 1:
         return mnbt
     if async_scheduling:
-        batches = (
-            pp + 1 if engine.version is not None and engine.version >= (0, 30) else (2 if pp == 1 else pp)
-        )
+        batches = pp + 1 if engine.in_flight_batches_pp_plus_one else (2 if pp == 1 else pp)
     else:
         batches = pp
     return batches * mnbt
@@ -163,11 +161,7 @@ class LengthCheck:
         """The memory the check compares against: from 0.21 an override's blocks, from 0.30 less the null block."""
         available = stage.available
         engine = self.engine
-        if (
-            self.num_gpu_blocks_override is not None
-            and engine.version is not None
-            and engine.version >= (0, 21)
-        ):
+        if self.num_gpu_blocks_override is not None and engine.override_blocks_in_checks:
             available = self.num_gpu_blocks_override * stage.layout.bytes_per_block
         if engine.null_block_in_checks:
             available -= stage.layout.bytes_per_block

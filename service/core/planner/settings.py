@@ -127,8 +127,9 @@ def resolve_settings(request: PlanRequest) -> Settings:
     mns = request.max_num_seqs or default_mns
     if request.max_num_batched_tokens is not None:
         mnbt = request.max_num_batched_tokens
-    elif engine.v0:
-        mnbt = 2048 if max_len > 32768 else max(max_len, 2048)
+    elif engine.chunked_prefill_above_tokens is not None:
+        # V0 (``SchedulerConfig``): chunked prefill only for long contexts; without it a batch holds a whole prompt.
+        mnbt = 2048 if max_len > engine.chunked_prefill_above_tokens else max(max_len, 2048)
     else:
         mnbt = min(default_mnbt, mns * max_len)
     if request.max_num_seqs is None:
@@ -137,7 +138,7 @@ def resolve_settings(request: PlanRequest) -> Settings:
     async_scheduling = (
         request.async_scheduling
         if request.async_scheduling is not None
-        else (request.device != "cpu" and engine.version is not None and engine.version >= (0, 15))
+        else (request.device != "cpu" and engine.async_scheduling_default)
     )
     return Settings(
         engine=engine,
@@ -255,14 +256,12 @@ def default_block_size(model: ModelSpec, engine: EngineProfile, gpu: GpuSpec | N
     """16 on GPUs; 128 on the CPU backend (0.12+); MLA backends: FlashMLA 64 (Hopper), CUTLASS 128 (Blackwell)."""
     if device == "cpu":
         # The CPU backend's reference MLA kernel takes 16-token blocks (recorded with vLLM 0.32 on CPU).
-        if model.uses_mla and engine.version is not None and engine.version >= (0, 32):
-            return 16
-        return 128 if engine.version is None or engine.version >= (0, 12) else 16
+        return engine.cpu_mla_block_size if model.uses_mla else engine.cpu_block_size
     if model.uses_mla and engine.overheads:
         if _is_blackwell(gpu):
             return 128
-        if engine.version is not None and engine.version < (0, 19):
-            return 64  # FlashMLA was forced for MLA before 0.19
+        if engine.mla_forces_flashmla:
+            return 64
         return 64 if _is_hopper(gpu) else 16
     return 16
 
@@ -277,7 +276,7 @@ def batch_defaults(
     """
     if device == "cpu":
         return 128 * world_size, 2048 * world_size
-    if engine.v0:
+    if not engine.usage_context_batch_defaults:
         return 256, 2048
     memory_gib = gpu.memory_bytes / GIB if gpu else 0
     if engine.large_gpu_batch_tier and memory_gib >= 160:
