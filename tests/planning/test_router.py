@@ -96,7 +96,7 @@ async def test_a_deployment_that_will_not_start_says_why_and_how_to_fix_it(clien
         ({"model": "llama-3.1-8b", "gpu": "l4", "gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ({"model": "llama-3.1-8b", "gpu": "l4", "kv_cache_dtype": "fp9"}, "kv_cache_dtype"),
         ({"model": "llama-3.1-8b", "gpu": "l4", "engine": "tgi-2"}, "engine"),
-        ({"model": "llama-3.1-8b", "gpu": "l4", "engine": "vllm-0.5"}, "engine"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "engine": "vllm-0.4"}, "engine"),
         ({"model": "llama-3.1-8b", "gpu": "l4", "tensor_parallel_size": 0}, "tensor_parallel_size"),
         ({"model": "llama-3.1-8b", "gpu": "l4", "quantization": "magic"}, "quantization"),
         ({"model": "llama-3.1-8b"}, "gpu"),

@@ -75,6 +75,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             enforce_eager=settings.enforce_eager,
             async_scheduling=settings.async_scheduling,
+            enable_chunked_prefill=settings.enable_chunked_prefill,
         ),
         kv_cache=KvCacheResult(
             bytes_per_token=per_token,

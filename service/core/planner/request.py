@@ -31,6 +31,7 @@ class PlanRequest:
     block_size: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool | None = None  # None: the release's default (V1 always; V0 above 32K tokens)
     enforce_eager: bool = False
     async_scheduling: bool | None = None
     device: str = "cuda"

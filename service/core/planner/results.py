@@ -28,6 +28,7 @@ class ResolvedSettings:
     max_num_batched_tokens: int
     enforce_eager: bool
     async_scheduling: bool
+    enable_chunked_prefill: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

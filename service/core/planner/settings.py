@@ -45,6 +45,7 @@ class Settings:
     block_size: int  # before hybrid models raise it to unify page sizes (layout stage)
     enforce_eager: bool
     async_scheduling: bool
+    enable_chunked_prefill: bool
     coefficients: OverheadCoefficients
     detail: bool
     exact: bool  # the KV budget or block count was given, so block counts are exact
@@ -95,13 +96,20 @@ def resolve_settings(request: PlanRequest) -> Settings:
     quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
     dtype = request.dtype or model.torch_dtype
     if gpu is not None and not gpu.supports_bf16 and dtype == "bfloat16" and request.device != "cpu":
-        dtype = "float16"
-        messages.append(
-            Message(
-                level="info",
-                code="dtype_cast",
-                text=f"{gpu.name} has no bfloat16: vLLM casts the model to float16",
+        if request.dtype is not None or engine.auto_dtype_keeps_bf16:
+            messages.append(_bf16_refusal(gpu))
+        else:
+            dtype = "float16"
+            messages.append(
+                Message(
+                    level="info",
+                    code="dtype_cast",
+                    text=f"{gpu.name} has no bfloat16: vLLM casts the model to float16",
+                )
             )
+    if engine.checks_quantization_capability:
+        messages.extend(
+            _quantization_capability(request.quantization or model.quantization, gpu, request.device)
         )
     messages.extend(_tensor_parallel_messages(model, tp))
 
@@ -124,16 +132,23 @@ def resolve_settings(request: PlanRequest) -> Settings:
         )
 
     default_mns, default_mnbt = batch_defaults(engine, gpu, request.device, tp * pp)
+    chunked = (
+        request.enable_chunked_prefill
+        if request.enable_chunked_prefill is not None
+        else engine.chunked_prefill_above_tokens is None
+        or v0_chunked_prefill(engine, model, request.device, max_len)
+    )
     mns = request.max_num_seqs or default_mns
     if request.max_num_batched_tokens is not None:
         mnbt = request.max_num_batched_tokens
     elif engine.chunked_prefill_above_tokens is not None:
         # V0 (``SchedulerConfig``): chunked prefill only for long contexts; without it a batch holds a whole prompt.
-        mnbt = 2048 if max_len > engine.chunked_prefill_above_tokens else max(max_len, 2048)
+        mnbt = engine.v0_chunked_prefill_batched_tokens if chunked else max(max_len, 2048)
     else:
         mnbt = min(default_mnbt, mns * max_len)
     if request.max_num_seqs is None:
         mns = min(mns, mnbt)
+    messages.extend(_scheduler_checks(request, engine, max_len, mns, mnbt, chunked))
     util = request.gpu_memory_utilization
     async_scheduling = (
         request.async_scheduling
@@ -161,11 +176,19 @@ def resolve_settings(request: PlanRequest) -> Settings:
         block_size=request.block_size or default_block_size(model, engine, gpu, request.device),
         enforce_eager=request.enforce_eager,
         async_scheduling=async_scheduling,
+        enable_chunked_prefill=chunked,
         coefficients=request.coefficients,
         detail=request.detail,
         exact=request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None,
         messages=tuple(messages),
     )
+
+
+def v0_chunked_prefill(engine: EngineProfile, model: ModelSpec, device: str, max_len: int) -> bool:
+    """V0 turns chunked prefill on by itself for contexts over 32K, on GPUs, without a sliding window
+    (``EngineArgs.create_engine_config``: ``use_long_context``, 0.5.5 – 0.10)."""
+    above = engine.chunked_prefill_above_tokens
+    return above is not None and max_len > above and device != "cpu" and model.sliding_window is None
 
 
 def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
@@ -203,6 +226,117 @@ def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
         value = getattr(request, name)
         if value is not None and value < 1:
             raise InvalidSpec("must be ≥ 1", field=name)
+
+
+def _scheduler_checks(
+    request: PlanRequest, engine: EngineProfile, max_len: int, mns: int, mnbt: int, chunked: bool
+) -> list[Message]:
+    """``vllm serve`` refuses these arguments before it loads anything.
+
+    ``--block-size`` outside the release's argparse choices (``vllm/engine/arg_utils.py``, V0 releases), and
+    ``SchedulerConfig._verify_args`` (``vllm/config.py``, 0.5.5 – 0.7.3; ``vllm/config/scheduler.py`` later):
+    without chunked prefill a batch must hold a whole ``max_model_len`` prompt, and a batch must have room
+    for one token of every sequence.
+    """
+    messages: list[Message] = []
+    choices = engine.block_size_choices
+    if request.block_size is not None and choices is not None and request.block_size not in choices:
+        messages.append(
+            Message(
+                level="error",
+                code="block_size_unsupported",
+                text=(
+                    f"argument --block-size: invalid choice: {request.block_size} "
+                    f"(choose from {', '.join(str(c) for c in choices)})"
+                ),
+            )
+        )
+    if mnbt < max_len and not chunked:
+        messages.append(
+            Message(
+                level="error",
+                code="max_num_batched_tokens_below_max_model_len",
+                text=(
+                    f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}). This effectively "
+                    "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
+                    "sequences. Please increase max_num_batched_tokens or decrease max_model_len."
+                ),
+            )
+        )
+    if mnbt < mns:
+        messages.append(
+            Message(
+                level="error",
+                code="max_num_batched_tokens_below_max_num_seqs",
+                text=f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({mns}).",
+            )
+        )
+    return messages
+
+
+def _capability(gpu: GpuSpec | None) -> int | None:
+    """NVIDIA compute capability as vLLM compares it (``DeviceCapability.to_int``: "8.9" → 89); None for AMD."""
+    text = gpu.compute_capability if gpu else None
+    if not text or "." not in text:
+        return None
+    major, _, minor = text.partition(".")
+    return int(major) * 10 + int(minor) if major.isdigit() and minor.isdigit() else None
+
+
+def _bf16_refusal(gpu: GpuSpec) -> Message:
+    """``_check_if_gpu_supports_dtype`` (``vllm/worker/worker.py`` 0.5.5 – 0.7.3; the platform's
+    ``check_if_supports_dtype`` in V1): bf16 needs compute capability 8.0. Releases before 0.8 keep a bf16
+    config under ``--dtype auto``, so they refuse too; later releases fall back to float16 by themselves."""
+    capability = gpu.compute_capability
+    compute = f"has compute capability {capability}" if capability else "does not have a compute capability"
+    return Message(
+        level="error",
+        code="dtype_unsupported",
+        text=(
+            "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+            f"Your {gpu.name} GPU {compute}. You can use float16 instead by explicitly setting the"
+            "`dtype` flag in CLI, for example: --dtype=half."
+        ),
+    )
+
+
+# ``get_min_capability()`` of each quantization method (``vllm/model_executor/layers/quantization/*.py``,
+# 0.6.3): the loader refuses a GPU below it (``model_loader/loader.py::_get_quantization_config``).
+QUANTIZATION_MIN_CAPABILITY: dict[str, int] = {
+    "aqlm": 60,
+    "awq": 75,
+    "awq_marlin": 80,
+    "bitsandbytes": 70,
+    "deepspeedfp": 60,
+    "experts_int8": 80,
+    "fbgemm_fp8": 80,
+    "fp8": 80,
+    "gguf": 60,
+    "gptq": 60,
+    "gptq_marlin": 80,
+    "gptq_marlin_24": 80,
+    "marlin": 80,
+    "modelopt": 89,
+    "qqq": 80,
+}
+
+
+def _quantization_capability(method: str | None, gpu: GpuSpec | None, device: str) -> list[Message]:
+    key = (method or "").strip().lower()
+    minimum = QUANTIZATION_MIN_CAPABILITY.get(key)
+    capability = _capability(gpu)
+    if device != "cuda" or minimum is None or capability is None or capability >= minimum:
+        return []
+    return [
+        Message(
+            level="error",
+            code="quantization_unsupported_gpu",
+            text=(
+                f"The quantization method {key} is not supported for the current GPU. "
+                f"Minimum capability: {minimum}. Current capability: {capability}."
+            ),
+        )
+    ]
 
 
 def _tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:

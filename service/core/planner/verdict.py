@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.core.engines import EngineProfile
+from service.core.overheads import estimate_cudagraph
 from service.core.planner.blocks import Blocks, Concurrency, LengthCheck
 from service.core.planner.memory import MemoryBudget
 from service.core.planner.results import Message, gib
-from service.core.planner.settings import Settings
+from service.core.planner.settings import Settings, is_datacenter_blackwell
 from service.core.units import GIB
 
 
@@ -97,7 +98,62 @@ def judge(
             )
         )
     fits = not any(m.level == "error" for m in (*earlier, *messages))
+    if fits:
+        messages.extend(_cudagraph_headroom(settings, memory, blocks))
     return Verdict(fits=fits, messages=tuple(messages))
+
+
+def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks) -> list[Message]:
+    """A start that passes every check but whose CUDA-graph capture may not fit.
+
+    V0 (``Worker._warm_up_model`` → ``ModelRunner.capture_model``, 0.5.5 – 0.10) and V1 before 0.20
+    (``GPUModelRunner.capture_model`` after ``initialize_kv_cache``) capture the graphs after the KV cache
+    took its share, so they live in the ``1 − gpu_memory_utilization`` left over. V0 captures decode batches
+    up to ``max_num_seqs`` (``_BATCH_SIZES_TO_CAPTURE``). When the estimate (``estimate_cudagraph``) exceeds
+    that headroom vLLM logs its KV cache size, then can fail with CUDA out of memory while capturing.
+    """
+    engine, gpu = settings.engine, settings.gpu
+    if (
+        gpu is None
+        or settings.device == "cpu"
+        or settings.enforce_eager
+        or settings.kv_cache_memory_bytes is not None
+        or not engine.overheads
+        or engine.subtracts_cudagraphs
+    ):
+        return []
+    stage = blocks.heaviest
+    largest_batch = (
+        min(settings.max_num_batched_tokens, settings.max_num_seqs)
+        if engine.v0
+        else settings.max_num_batched_tokens
+    )
+    estimate = estimate_cudagraph(
+        settings.model,
+        engine=engine,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        layers_on_rank=stage.layers[1] - stage.layers[0],
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=largest_batch,
+        dtype=settings.dtype,
+        blackwell=is_datacenter_blackwell(gpu),
+        coefficients=settings.coefficients,
+    )
+    headroom = memory.total_bytes - memory.budget_bytes
+    if estimate.bytes <= headroom:
+        return []
+    return [
+        Message(
+            level="warning",
+            code="cudagraph_capture_may_oom",
+            text=(
+                f"CUDA graphs are captured after the KV cache is allocated, in the memory gpu_memory_utilization "
+                f"leaves free: about {gib(estimate.bytes)} GiB ({estimate.formula}) against {gib(headroom)} GiB left. "
+                "vLLM may log its KV cache size and then fail with CUDA out of memory while capturing CUDA graphs; "
+                "lower gpu_memory_utilization or pass --enforce-eager."
+            ),
+        )
+    ]
 
 
 def max_len_message(
