@@ -14,7 +14,7 @@ and the longest request the cache holds, as the release's start-up check measure
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.engines import EngineProfile
 from service.core.kv_cache import KvLayout, SpecCounts, blocks_per_request, bytes_per_token, num_blocks
@@ -26,11 +26,10 @@ from service.core.planner.settings import Settings
 from service.core.units import fmt_int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PipelineStage:
+class PipelineStage(NamedTuple):
     """One pipeline stage as the cache sees it: its layout beside its memory."""
 
-    index: int
+    stage: int
     layers: tuple[int, int]
     specs: SpecCounts
     layout: KvLayout
@@ -42,8 +41,7 @@ class PipelineStage:
     num_gpu_blocks: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Blocks:
+class Blocks(NamedTuple):
     stages: tuple[PipelineStage, ...]
     num_gpu_blocks: int  # min over stages; vLLM allocates the same count on every rank
     num_gpu_blocks_low: int
@@ -62,7 +60,7 @@ def count_blocks(settings: Settings, layout: Layout, memory: MemoryBudget) -> Bl
 
     stages = tuple(
         PipelineStage(
-            index=mem.stage,
+            stage=mem.stage,
             layers=mem.layers,
             specs=lay.specs,
             layout=lay.layout,
@@ -94,8 +92,7 @@ def count_blocks(settings: Settings, layout: Layout, memory: MemoryBudget) -> Bl
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Concurrency:
+class Concurrency(NamedTuple):
     max_model_len: int  # after ``--max-model-len auto``
     max_model_len_that_fits: int
     requested_fits: bool  # one request of the asked length fits (before auto-fit)
@@ -119,8 +116,7 @@ def in_flight_tokens(engine: EngineProfile, *, mnbt: int, async_scheduling: bool
     return batches * mnbt
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LengthCheck:
+class LengthCheck(NamedTuple):
     """vLLM's start-up check of one request's length, with the release's arithmetic."""
 
     engine: EngineProfile

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.planner.blocks import Blocks, Concurrency
 from service.core.planner.memory import MemoryBudget
@@ -11,8 +11,7 @@ from service.core.planner.settings import Settings
 from service.core.units import fmt_int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Breakdown:
+class Breakdown(NamedTuple):
     messages: tuple[Message, ...]  # the log line vLLM should print, the estimate band
     terms: tuple[Term, ...]
 

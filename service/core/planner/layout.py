@@ -8,7 +8,8 @@ sizes unified across attention and state layers, and layers cut into groups that
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 from service.core.dtypes import KvCacheDtype
 from service.core.engines import EngineProfile
@@ -27,15 +28,13 @@ from service.core.specs import LayerType, ModelSpec
 from service.core.weights import WeightShare
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageLayout:
+class StageLayout(NamedTuple):
     stage: int
     specs: SpecCounts  # distinct layer specs on this stage's GPU, with how many layers use each
     layout: KvLayout
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Layout:
+class Layout(NamedTuple):
     stages: tuple[StageLayout, ...]
     block_size: int  # as vLLM ends up with it (hybrids raise it so attention and state pages match)
     messages: tuple[Message, ...]

@@ -12,7 +12,7 @@ with a band (``service.core.overheads``), so ``available`` comes with a low and 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.overheads import Overheads, estimate_overheads, nvls_fabric
 from service.core.planner.settings import Settings, is_datacenter_blackwell
@@ -34,8 +34,7 @@ def stage_weights(settings: Settings) -> tuple[WeightShare, ...]:
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StageMemory:
+class StageMemory(NamedTuple):
     """One GPU of one pipeline stage: its weights, its runtime overheads and what is left for blocks."""
 
     stage: int
@@ -47,8 +46,7 @@ class StageMemory:
     available_high_bytes: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryBudget:
+class MemoryBudget(NamedTuple):
     total_bytes: int  # the GPU's memory (0 without a GPU)
     budget_bytes: float  # total × utilisation: an int from 0.15 (ceil), the float before
     stages: tuple[StageMemory, ...]

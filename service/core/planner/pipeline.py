@@ -4,6 +4,10 @@
 
 and the breakdown that explains the numbers. Release differences live on the engine profile
 (``service.core.engines.EngineProfile``), which every stage reads from ``Settings.engine``.
+
+The stages hand each other immutable ``NamedTuple`` records rather than frozen dataclasses: sweeps plan
+thousands of times per request, and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
+costs about three times a tuple's. The public results (``results.py``) stay frozen dataclasses.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from service.core.planner.settings import resolve_settings
 from service.core.planner.suggestions import suggest
 from service.core.planner.verdict import judge
 
+_NO_BREAKDOWN = Breakdown(messages=(), terms=())  # verdict-only plans (sweeps) explain nothing
+
 
 def plan(request: PlanRequest) -> CapacityPlan:
     """What vLLM will allocate for ``request``, and whether it will start."""
@@ -45,11 +51,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
         if request.suggest and not verdict.fits
         else ()
     )
-    breakdown = (
-        explain(settings, block_size, memory, blocks, capacity)
-        if request.detail
-        else Breakdown(messages=(), terms=())
-    )
+    breakdown = explain(settings, block_size, memory, blocks, capacity) if request.detail else _NO_BREAKDOWN
 
     engine, kv_bytes = settings.engine, settings.kv_cache_memory_bytes
     worst, lay = blocks.worst, blocks.layout
@@ -115,7 +117,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
         breakdown=breakdown.terms,
         stages=tuple(
             StageResult(
-                stage=s.index,
+                stage=s.stage,
                 layers=s.layers,
                 weights_bytes=s.weights_bytes,
                 kv_cache_bytes=s.available,

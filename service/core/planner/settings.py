@@ -7,7 +7,7 @@ accepts but changes (an ``int8`` KV cache alias, bf16 cast to fp16 on GPUs witho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
 from service.core.engines import EngineProfile, resolve_engine
@@ -21,8 +21,7 @@ from service.core.units import GIB, fmt_int
 from service.core.weights import QuantScheme, resolve_quantization
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
+class Settings(NamedTuple):
     """The request as vLLM will run it: release rules, resolved dtypes and every default."""
 
     engine: EngineProfile

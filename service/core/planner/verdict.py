@@ -7,7 +7,7 @@ The weights must load, some memory must be left for blocks, and one request of `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from service.core.engines import EngineProfile
 from service.core.overheads import estimate_cudagraph
@@ -18,8 +18,7 @@ from service.core.planner.settings import Settings, is_datacenter_blackwell
 from service.core.units import GIB
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Verdict:
+class Verdict(NamedTuple):
     fits: bool
     messages: tuple[Message, ...]  # this stage's checks only
 
