@@ -10,6 +10,7 @@ defaults to V0), ``vllm/engine/arg_utils.py`` (``--block-size`` choices, chunked
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -17,7 +18,7 @@ from service.core.engines import parse_engine, resolve_engine
 from service.core.errors import UnknownEngine
 from service.core.overheads import DEFAULT_COEFFICIENTS
 from service.core.planner import PlanRequest, plan
-from service.core.specs import GpuSpec
+from service.core.specs import GpuSpec, ModelSpec
 from service.core.units import GIB
 from tests.core.model_cards import LLAMA_31_8B
 from tests.core.test_vllm_worked_examples import GEMMA_3_27B
@@ -243,3 +244,66 @@ def test_cuda_graph_capture_that_cannot_fit_the_headroom_is_a_warning(
     )
     assert result.fits
     assert any(m.code == "cudagraph_capture_may_oom" for m in result.messages) is warned
+
+
+# Qwen2.5-72B-Instruct config.json: intermediate_size 29,568 = 231 groups of 128; its AWQ / GPTQ checkpoints
+# publish 29,696 (232 groups) so that every TP up to 8 gets whole groups.
+QWEN_25_72B = ModelSpec(
+    num_hidden_layers=80,
+    hidden_size=8192,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=152_064,
+    num_parameters=72_706_203_648,
+    max_model_len=32_768,
+    intermediate_size=29_568,
+)
+
+
+@pytest.mark.parametrize(
+    ("intermediate", "tp", "refused"),
+    [(29_568, 2, True), (29_568, 1, False), (29_696, 8, False), (29_696, 2, False)],
+)
+def test_a_group_quantised_checkpoint_needs_whole_groups_per_gpu(
+    intermediate: int, tp: int, refused: bool
+) -> None:
+    model = replace(QWEN_25_72B, quantization="awq", intermediate_size=intermediate)
+    result = plan(
+        PlanRequest(model=model, gpu=H100, engine="vllm-0.33", tensor_parallel_size=tp, max_model_len=8192)
+    )
+    texts = [m.text for m in result.errors if m.code == "quantized_shape_unaligned"]
+    assert texts == (
+        [
+            "The input size is not aligned with the quantized weight shape. This can be caused by too large "
+            "tensor parallel size."
+        ]
+        if refused
+        else []
+    )
+
+
+def test_marlin_names_the_shard_that_is_not_whole_groups() -> None:
+    # 29,568 / 4 = 7,392 inputs per GPU, 7,392 % 128 = 96: Marlin (compute capability ≥ 8.0) says so.
+    model = replace(QWEN_25_72B, quantization="awq")
+    result = plan(
+        PlanRequest(model=model, gpu=H100, engine="vllm-0.7", tensor_parallel_size=4, max_model_len=8192)
+    )
+    assert any(
+        m.text.startswith("Weight input_size_per_partition = 7392 is not divisible by group_size = 128.")
+        for m in result.errors
+    )
+
+
+def test_a_what_if_quantisation_of_a_bf16_config_is_not_held_to_the_checkpoint_shape() -> None:
+    result = plan(
+        PlanRequest(
+            model=QWEN_25_72B,
+            gpu=H100,
+            engine="vllm-0.33",
+            quantization="awq",
+            tensor_parallel_size=8,
+            max_model_len=8192,
+        )
+    )
+    assert not any(m.code == "quantized_shape_unaligned" for m in result.messages)

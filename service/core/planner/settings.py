@@ -111,6 +111,7 @@ def resolve_settings(request: PlanRequest) -> Settings:
             _quantization_capability(request.quantization or model.quantization, gpu, request.device)
         )
     messages.extend(_tensor_parallel_messages(model, tp))
+    messages.extend(_quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization))
 
     derived_len = model.max_model_len or model.max_position_embeddings
     if request.max_model_len is None and derived_len is None:
@@ -336,6 +337,52 @@ def _quantization_capability(method: str | None, gpu: GpuSpec | None, device: st
             ),
         )
     ]
+
+
+QUANT_GROUP_SIZE = 128  # the group size of published AWQ / GPTQ 4-bit checkpoints ("q_group_size": 128)
+
+
+def _quantized_shape_messages(
+    model: ModelSpec,
+    quant: QuantScheme | None,
+    tp: int,
+    engine: EngineProfile,
+    gpu: GpuSpec | None,
+    requested: str | None,
+) -> list[Message]:
+    """A group-quantised checkpoint whose row-parallel shard is not a whole number of groups cannot load.
+
+    ``down_proj`` takes ``intermediate_size / TP`` inputs per GPU; AWQ and GPTQ scales come per group of 128
+    inputs, so the shard must hold whole groups (``AWQLinearMethod.create_weights`` /
+    ``GPTQLinearMethod.create_weights``; the Marlin kernels, chosen on compute capability ≥ 8.0,
+    ``verify_marlin_supports_shape``: ``vllm/model_executor/layers/quantization``, 0.6.3). Checked only where
+    the config is the checkpoint's own (its ``quantization_config`` names the method): checkpoints pad
+    ``intermediate_size`` for this (Qwen2.5-72B's AWQ/GPTQ configs publish 29,696, the bf16 one 29,568).
+    """
+    if (
+        quant is None
+        or quant.name not in ("awq", "gptq")
+        or model.quantization is None
+        or (requested is not None and requested.strip().lower() not in (model.quantization, quant.name))
+        or model.is_moe
+        or not model.intermediate_size
+    ):
+        return []
+    shard = model.intermediate_size // tp
+    if model.intermediate_size % tp == 0 and shard % QUANT_GROUP_SIZE == 0:
+        return []
+    capability = _capability(gpu)
+    if capability is not None and capability >= 80 and engine.auto_dtype_keeps_bf16:
+        text = (
+            f"Weight input_size_per_partition = {shard} is not divisible by group_size = {QUANT_GROUP_SIZE}."
+            "Consider reducing tensor_parallel_size or running with --quantization gptq."
+        )
+    else:
+        text = (
+            "The input size is not aligned with the quantized weight shape. This can be caused by too large "
+            "tensor parallel size."
+        )
+    return [Message(level="error", code="quantized_shape_unaligned", text=text)]
 
 
 def _tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:
