@@ -3,6 +3,7 @@
 Reads like the seed article, one stage at a time (``pipeline.plan``)::
 
     settings     the request checked and every default filled in               (settings.py)
+                 with what ``vllm serve`` refuses before it serves             (checks.py)
     weights      parameters on one GPU of every pipeline stage                 (memory.py)
     budget       ceil(total × gpu_memory_utilization) − weights − activation
                  peak − non-torch − CUDA graphs (0.20+), or --kv-cache-memory-bytes (memory.py)
