@@ -307,3 +307,28 @@ def test_a_what_if_quantisation_of_a_bf16_config_is_not_held_to_the_checkpoint_s
         )
     )
     assert not any(m.code == "quantized_shape_unaligned" for m in result.messages)
+
+
+@pytest.mark.parametrize(("blocks", "longest"), [(1030, (1030 - 10) * 16), (1100, None)])
+def test_v0_starts_but_never_schedules_a_prompt_that_eats_its_watermark(
+    blocks: int, longest: int | None
+) -> None:
+    # 16,384 tokens need 1,024 blocks of 16; the block manager keeps int(0.01 × blocks) free: 10 of 1,030
+    # (1,030 − 1,024 = 6 < 10, so the longest prompt is (1,030 − 10) × 16), 11 of 1,100 (76 left: fine).
+    result = plan(
+        PlanRequest(
+            model=LLAMA_31_8B,
+            gpu=H100,
+            engine="vllm-0.6",
+            num_gpu_blocks_override=blocks,
+            max_model_len=16_384,
+        )
+    )
+    assert result.fits
+    warned = [m.text for m in result.messages if m.code == "v0_watermark_rejects_long_prompts"]
+    if longest is None:
+        assert warned == []
+    else:
+        assert len(warned) == 1
+        assert f"never schedules a prompt longer than {longest:,} tokens" in warned[0]
+        assert "exceeds the capacity of block_manager" in warned[0]

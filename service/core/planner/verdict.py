@@ -15,7 +15,7 @@ from service.core.planner.blocks import Blocks, Concurrency, LengthCheck
 from service.core.planner.memory import MemoryBudget
 from service.core.planner.results import Message, gib
 from service.core.planner.settings import Settings, is_datacenter_blackwell
-from service.core.units import GIB
+from service.core.units import GIB, fmt_int
 
 
 class Verdict(NamedTuple):
@@ -99,7 +99,38 @@ def judge(
     fits = not any(m.level == "error" for m in (*earlier, *messages))
     if fits:
         messages.extend(_cudagraph_headroom(settings, memory, blocks))
+        messages.extend(_v0_watermark(settings, blocks, capacity))
     return Verdict(fits=fits, messages=tuple(messages))
+
+
+V0_WATERMARK = 0.01  # BlockSpaceManager(watermark=0.01): blocks kept free so the cache does not thrash
+
+
+def _v0_watermark(settings: Settings, blocks: Blocks, capacity: Concurrency) -> list[Message]:
+    """V0 starts when one ``max_model_len`` request fits ``num_gpu_blocks × block_size``, but its block manager
+    never schedules a prompt that would leave fewer than ``int(0.01 × num_gpu_blocks)`` blocks free
+    (``vllm/core/block_manager_v2.py::can_allocate`` → ``AllocStatus.NEVER``; the scheduler then ignores the
+    request, ``vllm/core/scheduler.py``, 0.6.3). Sliding-window models cap a prompt's blocks at the window, so
+    only full-attention models are checked."""
+    n_blocks, max_len = blocks.num_gpu_blocks, capacity.max_model_len
+    if not settings.engine.v0 or n_blocks <= 0 or not max_len or settings.model.sliding_window is not None:
+        return []
+    block_size = blocks.layout.groups[0].spec.block_size
+    watermark = int(V0_WATERMARK * n_blocks)
+    if n_blocks - -(-max_len // block_size) >= watermark:
+        return []
+    longest = (n_blocks - watermark) * block_size
+    return [
+        Message(
+            level="warning",
+            code="v0_watermark_rejects_long_prompts",
+            text=(
+                f"vLLM starts, but never schedules a prompt longer than {fmt_int(longest)} tokens: the block manager "
+                f'keeps a 1 % watermark ({watermark} of {n_blocks} blocks) free and logs "Input prompt (N tokens) + '
+                'lookahead slots (0) is too long and exceeds the capacity of block_manager".'
+            ),
+        )
+    ]
 
 
 def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks) -> list[Message]:
