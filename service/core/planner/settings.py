@@ -62,99 +62,19 @@ def resolve_settings(request: PlanRequest) -> Settings:
     model, gpu = request.model, request.gpu
     engine = resolve_engine(request.engine)
     tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
-    messages: list[Message] = []
-
     _reject_invalid(request, engine)
-    kv_name = request.kv_cache_dtype
-    if kv_name is not None and kv_name.strip().lower() == "int8" and engine.overheads:
-        if not engine.per_token_head_kv:
-            raise InvalidSpec(
-                f"int8 KV cache is not available in {engine.engine} (int8_per_token_head from 0.20)",
-                field="kv_cache_dtype",
-            )
-        kv_name = "int8_per_token_head"
-        messages.append(
-            Message(
-                level="info",
-                code="kv_dtype_alias",
-                text="int8 KV cache means vLLM's int8_per_token_head (1 byte + fp32 scales per head)",
-            )
-        )
-    kv_dtype = resolve_kv_cache_dtype(kv_name)
-    if kv_dtype.scale_bytes_per_head and not engine.per_token_head_kv:
-        raise InvalidSpec(
-            f"{kv_dtype.name} does not exist in {engine.engine} (added in 0.20)", field="kv_cache_dtype"
-        )
-    if (
-        kv_dtype.name.startswith("fp8")
-        and gpu is not None
-        and not gpu.supports_fp8
-        and request.device != "cpu"
-    ):
-        messages.append(
-            Message(
-                level="warning",
-                code="fp8_kv_unsupported",
-                text=f"{gpu.name} does not list an fp8 KV cache; vLLM may refuse or emulate it",
-            )
-        )
+    kv_dtype, kv_messages = _kv_cache_dtype(request, engine)
+    dtype, dtype_messages = _model_dtype(request, engine)
     quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
-    dtype = request.dtype or model.torch_dtype
-    if gpu is not None and not gpu.supports_bf16 and dtype == "bfloat16" and request.device != "cpu":
-        if request.dtype is not None or engine.auto_dtype_keeps_bf16:
-            messages.append(bf16_refusal(gpu))
-        else:
-            dtype = "float16"
-            messages.append(
-                Message(
-                    level="info",
-                    code="dtype_cast",
-                    text=f"{gpu.name} has no bfloat16: vLLM casts the model to float16",
-                )
-            )
+    max_len, derived_len, len_messages = _max_model_len(request)
+    mns, mnbt, chunked = _batch(request, engine, max_len)
+    messages = [*kv_messages, *dtype_messages]
     if engine.checks_quantization_capability:
-        messages.extend(
-            quantization_capability(request.quantization or model.quantization, gpu, request.device)
-        )
-    messages.extend(tensor_parallel_messages(model, tp))
-    messages.extend(quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization))
-
-    derived_len = model.max_model_len or model.max_position_embeddings
-    if request.max_model_len is None and derived_len is None:
-        raise InvalidSpec(
-            "the model has no default context length; give max_model_len", field="max_model_len"
-        )
-    max_len = request.max_model_len or derived_len or 0
-    if derived_len and request.max_model_len and request.max_model_len > derived_len:
-        messages.append(
-            Message(
-                level="error",
-                code="max_model_len_over_derived",
-                text=(
-                    f"User-specified max_model_len ({fmt_int(request.max_model_len)}) is greater than the derived max_model_len "
-                    f"({fmt_int(derived_len)}) of the model's config.json; vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
-                ),
-            )
-        )
-
-    default_mns, default_mnbt = batch_defaults(engine, gpu, request.device, tp * pp)
-    chunked = (
-        request.enable_chunked_prefill
-        if request.enable_chunked_prefill is not None
-        else engine.chunked_prefill_above_tokens is None
-        or v0_chunked_prefill(engine, model, request.device, max_len)
-    )
-    mns = request.max_num_seqs or default_mns
-    if request.max_num_batched_tokens is not None:
-        mnbt = request.max_num_batched_tokens
-    elif engine.chunked_prefill_above_tokens is not None:
-        # V0 (``SchedulerConfig``): chunked prefill only for long contexts; without it a batch holds a whole prompt.
-        mnbt = engine.v0_chunked_prefill_batched_tokens if chunked else max(max_len, 2048)
-    else:
-        mnbt = min(default_mnbt, mns * max_len)
-    if request.max_num_seqs is None:
-        mns = min(mns, mnbt)
-    messages.extend(scheduler_checks(request, engine, max_len, mns, mnbt, chunked))
+        messages += quantization_capability(request.quantization or model.quantization, gpu, request.device)
+    messages += tensor_parallel_messages(model, tp)
+    messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
+    messages += len_messages
+    messages += scheduler_checks(request, engine, max_len, mns, mnbt, chunked)
     util = request.gpu_memory_utilization
     async_scheduling = (
         request.async_scheduling
@@ -188,6 +108,105 @@ def resolve_settings(request: PlanRequest) -> Settings:
         exact=request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None,
         messages=tuple(messages),
     )
+
+
+def _kv_cache_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[KvCacheDtype, list[Message]]:
+    """``--kv-cache-dtype``: ``int8`` is the per-token-head scheme of 0.20+; fp8 on GPUs that list none is warned."""
+    messages: list[Message] = []
+    kv_name = request.kv_cache_dtype
+    if kv_name is not None and kv_name.strip().lower() == "int8" and engine.overheads:
+        if not engine.per_token_head_kv:
+            raise InvalidSpec(
+                f"int8 KV cache is not available in {engine.engine} (int8_per_token_head from 0.20)",
+                field="kv_cache_dtype",
+            )
+        kv_name = "int8_per_token_head"
+        messages.append(
+            Message(
+                level="info",
+                code="kv_dtype_alias",
+                text="int8 KV cache means vLLM's int8_per_token_head (1 byte + fp32 scales per head)",
+            )
+        )
+    kv_dtype = resolve_kv_cache_dtype(kv_name)
+    if kv_dtype.scale_bytes_per_head and not engine.per_token_head_kv:
+        raise InvalidSpec(
+            f"{kv_dtype.name} does not exist in {engine.engine} (added in 0.20)", field="kv_cache_dtype"
+        )
+    gpu = request.gpu
+    if (
+        kv_dtype.name.startswith("fp8")
+        and gpu is not None
+        and not gpu.supports_fp8
+        and request.device != "cpu"
+    ):
+        messages.append(
+            Message(
+                level="warning",
+                code="fp8_kv_unsupported",
+                text=f"{gpu.name} does not list an fp8 KV cache; vLLM may refuse or emulate it",
+            )
+        )
+    return kv_dtype, messages
+
+
+def _model_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[str, list[Message]]:
+    """``--dtype``: bf16 on a GPU without it is refused when asked for (or kept by ``auto`` before 0.8), else cast."""
+    dtype = request.dtype or request.model.torch_dtype
+    gpu = request.gpu
+    if gpu is None or gpu.supports_bf16 or dtype != "bfloat16" or request.device == "cpu":
+        return dtype, []
+    if request.dtype is not None or engine.auto_dtype_keeps_bf16:
+        return dtype, [bf16_refusal(gpu)]
+    cast = Message(
+        level="info", code="dtype_cast", text=f"{gpu.name} has no bfloat16: vLLM casts the model to float16"
+    )
+    return "float16", [cast]
+
+
+def _max_model_len(request: PlanRequest) -> tuple[int, int | None, list[Message]]:
+    """(the length asked or derived, the config's derived length, the refusal of a longer one)."""
+    model = request.model
+    derived_len = model.max_model_len or model.max_position_embeddings
+    if request.max_model_len is None and derived_len is None:
+        raise InvalidSpec(
+            "the model has no default context length; give max_model_len", field="max_model_len"
+        )
+    max_len = request.max_model_len or derived_len or 0
+    if not (derived_len and request.max_model_len and request.max_model_len > derived_len):
+        return max_len, derived_len, []
+    over = Message(
+        level="error",
+        code="max_model_len_over_derived",
+        text=(
+            f"User-specified max_model_len ({fmt_int(request.max_model_len)}) is greater than the derived max_model_len "
+            f"({fmt_int(derived_len)}) of the model's config.json; vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+        ),
+    )
+    return max_len, derived_len, [over]
+
+
+def _batch(request: PlanRequest, engine: EngineProfile, max_len: int) -> tuple[int, int, bool]:
+    """(max_num_seqs, max_num_batched_tokens, chunked prefill) as ``EngineArgs`` and ``SchedulerConfig`` set them."""
+    world = request.tensor_parallel_size * request.pipeline_parallel_size
+    default_mns, default_mnbt = batch_defaults(engine, request.gpu, request.device, world)
+    chunked = (
+        request.enable_chunked_prefill
+        if request.enable_chunked_prefill is not None
+        else engine.chunked_prefill_above_tokens is None
+        or v0_chunked_prefill(engine, request.model, request.device, max_len)
+    )
+    mns = request.max_num_seqs or default_mns
+    if request.max_num_batched_tokens is not None:
+        mnbt = request.max_num_batched_tokens
+    elif engine.chunked_prefill_above_tokens is not None:
+        # V0 (``SchedulerConfig``): chunked prefill only for long contexts; without it a batch holds a whole prompt.
+        mnbt = engine.v0_chunked_prefill_batched_tokens if chunked else max(max_len, 2048)
+    else:
+        mnbt = min(default_mnbt, mns * max_len)
+    if request.max_num_seqs is None:
+        mns = min(mns, mnbt)
+    return mns, mnbt, chunked
 
 
 def v0_chunked_prefill(engine: EngineProfile, model: ModelSpec, device: str, max_len: int) -> bool:
