@@ -22,8 +22,9 @@ Rules (applied in this order, all documented in the printed report):
    ≠ available, beyond rounding); it reports nothing to compare; or the logged available memory is ≤ 0 (a
    refusal: only the verdict is checked).
 2. **Engine.** ``vllm_version`` when it names one; V0-format logs (``# GPU blocks``, ``Memory profiling
-   results``, ``model weights take …``) → ``vllm-0.10`` (kvcap's V0 profile); V1 logs of 0.9.2 – 0.10 → the
-   ``vllm-0.11`` profile (kvcap's ``vllm-0.10`` means V0; 0.9.2 – 0.11 V1 share ``memory_profiling``, the
+   results``, ``model weights take …``) → the release's V0 engine (``vllm-0.7``; ``vllm-0.10-v0`` for the V0
+   engine of 0.8 – 0.10, and for V0 logs without a version); V1 logs of 0.9.2 – 0.10 → that release
+   (``vllm-0.10`` means V1, the default engine from 0.8; 0.9.2 – 0.11 V1 share ``memory_profiling``, the
    float budget, no CUDA-graph subtraction and the FlashInfer sampler when FlashInfer is installed); V1 before
    0.9.2 is excluded like pre-0.6.4 V0 (``gpu_worker.determine_available_memory`` of 0.8.4 and 0.9.0 charges
    device-level used memory); V1 logs without a version → ``vllm-0.11`` when dated from 0.9.2's release
@@ -215,7 +216,13 @@ def choose_engine(case: dict[str, Any]) -> tuple[str | None, str, str | None]:
         return None, str(text), f"version stated for the {stated_for.group(1)} run only (ambiguous here)"
     if fmt == "v0" or (version is not None and version < (0, 8) and fmt != "v1"):
         label = ".".join(map(str, version)) if version else f"log of {date}"
-        return "vllm-0.10", f"V0 log format ({label}) → V0 profile", None
+        if version is not None and version < (0, 8):
+            return (
+                f"vllm-{version[0]}.{version[1]}",
+                f"V0 log format ({label}) → V0 engine of that release",
+                None,
+            )
+        return "vllm-0.10-v0", f"V0 log format ({label}) → V0 engine (VLLM_USE_V1=0)", None
     if version is None:
         if len(date) >= 10 and date >= V1_MEMORY_PROFILING_SINCE and date[:7] < V1_UNVERSIONED_BEFORE:
             return "vllm-0.11", f"V1 log without a version, dated {date} → 0.9.2 – 0.11 line", None
@@ -228,8 +235,8 @@ def choose_engine(case: dict[str, Any]) -> tuple[str | None, str, str | None]:
         )
     if version < (0, 11):
         return (
-            "vllm-0.11",
-            f"V1 {version[0]}.{version[1]} → vllm-0.11 profile (V1 rules of 0.9.2 – 0.11)",
+            f"vllm-{version[0]}.{version[1]}",
+            f"V1 {version[0]}.{version[1]} (the default engine from 0.8)",
             None,
         )
     return f"vllm-{version[0]}.{version[1]}", f"vLLM {version[0]}.{version[1]}", None

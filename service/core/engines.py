@@ -1,21 +1,27 @@
 """Engine profiles: which of vLLM's rules apply for a given release.
 
-vLLM's capacity rules changed between releases (``vllm-source-notes``: read from the 0.10.1 … 0.33.0 wheels).
-A request names an engine as ``ideal`` or ``vllm-<major>.<minor>``; it maps to one of four *profiles*:
+vLLM's capacity rules changed between releases (read from the 0.5.5, 0.6.3, 0.6.4, 0.7.3 and 0.10.1 … 0.33.0
+wheels). A request names an engine as ``ideal`` or ``vllm-<major>.<minor>``; it maps to one of four *profiles*:
 
 ==============  =====================================================================================
 ``ideal``       the seed article's arithmetic: budget = total × utilisation (default 1.0) − weights, no
                 activation, runtime or CUDA-graph terms, no null block
-``vllm-0.10``   V0 semantics (0.8 – 0.10 with ``VLLM_USE_V1=0`` and every older log): one block spans all
-                attention layers, NCCL buffers are charged, sliding windows are charged as full attention,
-                ``max_num_seqs`` 256, concurrency = blocks × block_size / max_model_len
-``vllm-0.11``   V1 from 0.11 to 0.19: utilisation 0.9, CUDA graphs live in the 1 − utilisation headroom
+``vllm-0.10``   V0 semantics (0.5 – 0.7, and 0.8 – 0.10 with ``VLLM_USE_V1=0``: ``vllm-0.10-v0``): one block
+                spans all attention layers, NCCL buffers are charged, sliding windows are charged as full
+                attention, ``max_num_seqs`` 256, concurrency = blocks × block_size / max_model_len
+``vllm-0.11``   V1 from 0.8 to 0.19: utilisation 0.9, CUDA graphs live in the 1 − utilisation headroom
 ``vllm-0.20``   V1 from 0.20 on: utilisation 0.92 and the estimated CUDA-graph memory is subtracted
 ==============  =====================================================================================
 
+V1 became the default engine in 0.8.0 (``vllm/envs.py``: ``VLLM_USE_V1`` defaults to 1; 0.7.3 still defaults
+to 0), and V0 was removed in 0.11: so ``vllm-0.8`` … ``vllm-0.10`` mean V1 and V0 is the explicit
+``vllm-0.8-v0`` … ``vllm-0.10-v0``; ``vllm-0.5`` … ``vllm-0.7`` mean V0 (their V1 was an opt-in preview).
+
 Inside a profile the exact release still matters for a few details, so the profile carries the flags for the
 release that was asked for (``ceil`` of the requested budget from 0.15, the 1.25/1.5 group-size rule, the
-token count formula of 0.21, the in-flight term of 0.28, the null block in the refusal check of 0.30 …).
+token count formula of 0.21, the in-flight term of 0.28, the null block in the refusal check of 0.30 …). A
+patch release is kept where the rules changed inside a minor line (``vllm-0.6.3``: the profiler and block
+sizes before 0.6.4); a bare minor means its last patch release.
 """
 
 from __future__ import annotations
@@ -26,12 +32,18 @@ from functools import lru_cache
 
 from service.core.errors import UnknownEngine
 
-OLDEST_VERSION = (0, 8)
+OLDEST_VERSION = (0, 5)
+V1_DEFAULT_SINCE = (0, 8)  # vllm/envs.py: VLLM_USE_V1 defaults to "1" from 0.8.0 ("0" in 0.7.3)
+V0_REMOVED_SINCE = (0, 11)
 NEWEST_VERSION = (0, 33)
 DEFAULT_ENGINE = f"vllm-{NEWEST_VERSION[0]}.{NEWEST_VERSION[1]}"
 PROFILE_NAMES = ("ideal", "vllm-0.10", "vllm-0.11", "vllm-0.20")
 
-_ENGINE_PATTERN = re.compile(r"^(?:vllm[-_ ]?)?v?(\d+)\.(\d+)(?:\.\d+)*(?:\.?post\d+)?(-v1)?$")
+_ENGINE_PATTERN = re.compile(
+    r"^(?:vllm[-_ ]?)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)*(?:\.?post\d+)?(?:[-_ ]?(v0|v1))?$"
+)
+# Patch releases inside a minor line whose rules differ from the line's last release (see ``_release_rules``).
+_PATCH_MATTERS_BELOW = {(0, 6): 4}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +74,27 @@ class EngineProfile:
     refusal_counts_first_group_only: bool  # 0.15's refusal check under-counts hybrids
     refusal_per_layer: bool  # ≤0.12: the refusal check sums per-layer needs, without padding
     message_style: str  # "v0" | "models's" (≤0.21) | "model's" (0.25+)
+    # Defaults and checks that moved between releases (read by the planner's stages, never by version number):
+    async_scheduling_default: bool  # async scheduling on by default on GPUs (0.15+)
+    in_flight_batches_pp_plus_one: bool  # async scheduling keeps pp + 1 batches in flight (0.30+)
+    override_blocks_in_checks: bool  # the length check uses num_gpu_blocks_override's blocks (0.21+)
+    usage_context_batch_defaults: bool  # max_num_seqs / max_num_batched_tokens by GPU size (V1 EngineArgs)
+    chunked_prefill_above_tokens: (
+        int | None
+    )  # V0: chunked prefill only for longer max_model_len; None: always
+    cpu_block_size: int  # CPU backend's default block (128 from 0.12)
+    cpu_mla_block_size: int  # CPU backend's reference MLA kernel (16-token blocks from 0.32)
+    mla_forces_flashmla: bool  # FlashMLA (64-token blocks) chosen for MLA on every GPU (before 0.19)
+    # V0 releases 0.5 – 0.7 (read from the 0.5.5, 0.6.3, 0.6.4 and 0.7.3 wheels):
+    release: tuple[int, int, int] | None = (
+        None  # (major, minor, patch) the rules are for; patch 99 = the line's last
+    )
+    v0_chunked_prefill_batched_tokens: int = (
+        2048  # SchedulerConfig default with chunked prefill (512 before 0.7)
+    )
+    block_size_choices: tuple[int, ...] | None = None  # --block-size argparse choices (None: not checked)
+    auto_dtype_keeps_bf16: bool = False  # dtype "auto" keeps a bf16 config even on GPUs without bf16 (≤ 0.7)
+    checks_quantization_capability: bool = False  # the loader's minimum-capability table was read (≤ 0.7)
 
     @property
     def label(self) -> str:
@@ -75,39 +108,61 @@ def _v(version: tuple[int, int], at_least: tuple[int, int]) -> bool:
 def parse_engine(engine: str | None) -> tuple[str, tuple[int, int] | None]:
     """Normalise an engine string: ``None`` → newest release; ``0.15.1``, ``v0.15``, ``vllm-0.15`` → (0, 15).
 
-    Releases 0.8–0.10 shipped both engines; ``vllm-0.10`` means V0 (the ``vllm-0.10`` profile) and
-    ``vllm-0.10-v1`` the V1 engine of that release.
+    Releases 0.8–0.10 shipped both engines and ran V1 by default: ``vllm-0.10`` is V1 and ``vllm-0.10-v0`` the
+    V0 engine (``VLLM_USE_V1=0``); ``vllm-0.10-v1`` is still read as V1. Releases 0.5–0.7 are V0.
     """
+    name, version, _patch, _v0 = _parse(engine)
+    return name, version
+
+
+def _parse(engine: str | None) -> tuple[str, tuple[int, int] | None, int | None, bool]:
+    """(name, (major, minor), patch where it changes the rules, V0) for an engine string."""
     if engine is None or not engine.strip():
-        return DEFAULT_ENGINE, NEWEST_VERSION
+        return DEFAULT_ENGINE, NEWEST_VERSION, None, False
     text = engine.strip().lower()
     if text == "ideal":
-        return "ideal", None
+        return "ideal", None, None, False
     match = _ENGINE_PATTERN.match(text)
     if not match:
         raise UnknownEngine(
-            f"unknown engine {engine!r}: use 'ideal' or 'vllm-<major>.<minor>' (vLLM 0.8 or newer)",
+            f"unknown engine {engine!r}: use 'ideal' or 'vllm-<major>.<minor>' (vLLM 0.5 or newer; "
+            "'vllm-0.8-v0' … 'vllm-0.10-v0' for the V0 engine of those releases)",
             field="engine",
         )
     version = (int(match.group(1)), int(match.group(2)))
-    if match.group(3):
-        if version >= (0, 11):
-            return f"vllm-{version[0]}.{version[1]}", version  # V1 is the only engine from 0.11 on
-        if version >= OLDEST_VERSION:
-            return f"vllm-{version[0]}.{version[1]}-v1", version
     if version < OLDEST_VERSION:
         raise UnknownEngine(
-            f"vLLM {version[0]}.{version[1]} is older than the oldest supported release (0.8); "
-            "use engine 'vllm-0.10' for V0 semantics",
+            f"vLLM {version[0]}.{version[1]} is older than the oldest supported release (0.5)",
             field="engine",
         )
-    return f"vllm-{version[0]}.{version[1]}", version
+    suffix = match.group(4)
+    patch_below = _PATCH_MATTERS_BELOW.get(version)
+    patch = int(match.group(3)) if match.group(3) and patch_below is not None else None
+    if patch is not None and patch_below is not None and patch >= patch_below:
+        patch = None  # the line's last release has the same rules
+    base = f"vllm-{version[0]}.{version[1]}" + (f".{patch}" if patch is not None else "")
+    if version >= V0_REMOVED_SINCE:
+        if suffix == "v0":
+            raise UnknownEngine(
+                f"vLLM {version[0]}.{version[1]} has no V0 engine (removed in 0.11)", field="engine"
+            )
+        return base, version, patch, False
+    if version >= V1_DEFAULT_SINCE:
+        if suffix == "v0":
+            return f"{base}-v0", version, patch, True
+        return base, version, patch, False
+    if suffix == "v1":
+        raise UnknownEngine(
+            f"vLLM {version[0]}.{version[1]} ran V0 by default; kvcap models its V1 engine from 0.8",
+            field="engine",
+        )
+    return base, version, patch, True
 
 
 @lru_cache(maxsize=128)
 def resolve_engine(engine: str | None) -> EngineProfile:
     """The profile for an engine string (see module docstring); releases newer than kvcap knows use the newest rules."""
-    name, version = parse_engine(engine)
+    name, version, patch, v0 = _parse(engine)
     if version is None:
         return EngineProfile(
             engine="ideal",
@@ -134,10 +189,18 @@ def resolve_engine(engine: str | None) -> EngineProfile:
             refusal_counts_first_group_only=False,
             refusal_per_layer=False,
             message_style="model's",
+            async_scheduling_default=False,
+            in_flight_batches_pp_plus_one=False,
+            override_blocks_in_checks=False,
+            usage_context_batch_defaults=True,
+            chunked_prefill_above_tokens=None,
+            cpu_block_size=128,
+            cpu_mla_block_size=128,
+            mla_forces_flashmla=False,
         )
     rules = min(version, NEWEST_VERSION)
-    v0 = rules <= (0, 10) and not name.endswith("-v1")
-    profile = "vllm-0.10" if rules <= (0, 10) else "vllm-0.11" if rules < (0, 20) else "vllm-0.20"
+    release = (*rules, patch if patch is not None else 99)  # a bare minor: its last patch release
+    profile = "vllm-0.10" if v0 else "vllm-0.11" if rules < (0, 20) else "vllm-0.20"
     if v0:
         ratio: float | None = None
     elif rules < (0, 12):
@@ -146,6 +209,7 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         ratio = 1.25
     else:
         ratio = 1.5
+    cpu_block = 128 if _v(rules, (0, 12)) else 16
     return EngineProfile(
         engine=name,
         profile=profile,
@@ -167,8 +231,33 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         kv_cache_memory_bytes=_v(rules, (0, 11)),
         max_model_len_auto=_v(rules, (0, 15)),
         mamba_align=_v(rules, (0, 28)),
-        consumed_memory_model=_v(rules, (0, 28)),
+        # 0.28+ (mem_utils.memory_profiling) and V0 before 0.6.4 (worker.py: init free − free after the profile
+        # run) both charge the drop in free memory, so the caching allocator's residue counts.
+        consumed_memory_model=_v(rules, (0, 28)) or (v0 and release < (0, 6, 4)),
         refusal_counts_first_group_only=(0, 15) <= rules < (0, 19),
         refusal_per_layer=rules <= (0, 12),
         message_style="v0" if v0 else "model's" if _v(rules, (0, 25)) else "models's",
+        async_scheduling_default=_v(rules, (0, 15)),
+        in_flight_batches_pp_plus_one=_v(rules, (0, 30)),
+        override_blocks_in_checks=_v(rules, (0, 21)),
+        usage_context_batch_defaults=not v0,
+        chunked_prefill_above_tokens=32768 if v0 else None,
+        cpu_block_size=cpu_block,
+        cpu_mla_block_size=16 if _v(rules, (0, 32)) else cpu_block,
+        mla_forces_flashmla=rules < (0, 19),
+        release=release,
+        v0_chunked_prefill_batched_tokens=512 if rules < (0, 7) else 2048,
+        block_size_choices=_v0_block_size_choices(release) if rules < V1_DEFAULT_SINCE else None,
+        auto_dtype_keeps_bf16=rules < V1_DEFAULT_SINCE,
+        checks_quantization_capability=rules < V1_DEFAULT_SINCE,
     )
+
+
+def _v0_block_size_choices(release: tuple[int, int, int]) -> tuple[int, ...]:
+    """``--block-size`` choices in ``vllm/engine/arg_utils.py``: 0.5.5 took up to 2048, 0.6.3 only 8/16/32,
+    0.6.4 and 0.7.3 8 – 128."""
+    if release < (0, 6, 0):
+        return (8, 16, 32, 128, 256, 512, 1024, 2048)
+    if release < (0, 6, 4):
+        return (8, 16, 32)
+    return (8, 16, 32, 64, 128)

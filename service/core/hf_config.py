@@ -203,11 +203,17 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
     chunk = r.int_("attention_chunk_size")
     if chunk is not None:
         no_rope = r.raw("no_rope_layers")
+        if isinstance(no_rope, Sequence) and not isinstance(no_rope, str) and len(no_rope) == 0:
+            # transformers' Llama4TextConfig: an empty list means the default pattern, every
+            # ``no_rope_layer_interval``-th layer (4) without RoPE: [int((i + 1) % interval != 0) for i in range(L)].
+            interval = r.int_("no_rope_layer_interval") or 4
+            no_rope = [int((i + 1) % interval != 0) for i in range(layers)]
+            how = f"chunked attention on RoPE layers; every {interval}th layer is NoPE (no_rope_layers is empty)"
+        else:
+            how = "chunked attention on RoPE layers"
         if isinstance(no_rope, Sequence) and len(no_rope) == layers:
             # Llama 4: layers that use RoPE attend within chunks; NoPE layers see the whole context.
-            return tuple(
-                LayerType.CHUNKED if flag else LayerType.FULL for flag in no_rope
-            ), "chunked attention on RoPE layers"
+            return tuple(LayerType.CHUNKED if flag else LayerType.FULL for flag in no_rope), how
         return (LayerType.CHUNKED,) * layers, "chunked attention in every layer"
     window = r.raw("sliding_window")
     if window is None:
@@ -219,6 +225,20 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
         kinds = tuple(LayerType.FULL if i < full_layers else LayerType.SLIDING for i in range(layers))
         return kinds, f"first {full_layers} layers full attention, sliding window after"
     return (LayerType.SLIDING,) * layers, "sliding_window set without a pattern: every layer slides"
+
+
+def _intermediate_size(r: _Reader) -> tuple[int | None, str]:
+    """The MLP width; a per-layer list (Gemma-3n publishes one entry per layer) gives its widest layer, the one
+    the activation peak sees (transformers' ``Gemma3nTextConfig`` accepts an int or a list of ``num_hidden_layers``)."""
+    key, value = r.first("intermediate_size", "ffn_hidden_size", "n_inner")
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        widths = list(value)
+        if not widths or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+            raise ConfigError(f"must be a positive integer or a list of them, got {value!r}", field=key)
+        if len(set(widths)) == 1:
+            return widths[0], f"{key} is listed per layer: {widths[0]} in every layer"
+        return max(widths), f"{key} is listed per layer: widest layer {max(widths)}"
+    return r.int_("intermediate_size", "ffn_hidden_size", "n_inner"), ""
 
 
 def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...]) -> StateSpec | None:
@@ -382,7 +402,9 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     shared_inter = r.int_("shared_expert_intermediate_size")
     n_shared = r.int_("n_shared_experts", "num_shared_experts")
     first_dense = r.int_("first_k_dense_replace", minimum=0) or 0
-    intermediate = r.int_("intermediate_size", "ffn_hidden_size", "n_inner")
+    intermediate, inter_note = _intermediate_size(r)
+    if inter_note:
+        notes.append(inter_note)
 
     # transformers defaults: PretrainedConfig ties embeddings; Llama, Mistral, Qwen, Phi-3 … override to False.
     tie = r.bool_(

@@ -339,7 +339,7 @@ def estimate_overheads(
     if engine.consumed_memory_model:
         non_torch_bytes += c.consumed_extra_bytes
         parts.append(
-            f"allocator slack {c.consumed_extra_bytes / GIB:.2f} GiB (0.28+ counts free-memory drop)"
+            f"allocator slack {c.consumed_extra_bytes / GIB:.2f} GiB (the free-memory drop is charged: 0.28+, V0 before 0.6.4)"
         )
     non_torch = Estimate(
         bytes=non_torch_bytes,

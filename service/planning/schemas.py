@@ -61,12 +61,19 @@ class PlanSettings(Schema):
     block_size: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
     max_num_seqs: Positive | None = None
     max_num_batched_tokens: Positive | None = None
+    enable_chunked_prefill: bool | None = Field(
+        default=None,
+        description="--enable-chunked-prefill; default: the release's (V1 always, V0 above 32K tokens)",
+    )
     enforce_eager: bool = False
     async_scheduling: bool | None = None
     device: Literal["cuda", "rocm", "cpu"] = "cuda"
     engine: Annotated[str, StringConstraints(max_length=32)] | None = Field(
         default=None,
-        description="'ideal' or 'vllm-<major>.<minor>' (0.8+); default: the newest release kvcap knows",
+        description=(
+            "'ideal' or 'vllm-<major>.<minor>' (0.5+; 0.8 – 0.10 are V1, 'vllm-0.10-v0' their V0 engine); "
+            "default: the newest release kvcap knows"
+        ),
     )
 
 
@@ -167,6 +174,7 @@ class SettingsOut(BaseModel):
     max_num_batched_tokens: int
     enforce_eager: bool
     async_scheduling: bool
+    enable_chunked_prefill: bool = True
 
 
 class Subject(BaseModel):

@@ -105,6 +105,7 @@ def build_request(
         block_size=settings.block_size,
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
+        enable_chunked_prefill=settings.enable_chunked_prefill,
         enforce_eager=settings.enforce_eager,
         async_scheduling=settings.async_scheduling,
         device=settings.device,

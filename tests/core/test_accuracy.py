@@ -67,7 +67,14 @@ def test_exact_budget_path_reproduces_logged_block_counts(outcomes: list[Outcome
     for o in outcomes:
         obs, request = o.prepared.observed, o.prepared.request
         engine = resolve_engine(o.prepared.engine)
-        if request is None or obs.blocks is None or obs.available_gib is None or engine.v0:
+        # --kv-cache-memory-bytes exists from 0.11: V0 and the V1 logs of 0.9.2 – 0.10 cannot take that path.
+        if (
+            request is None
+            or obs.blocks is None
+            or obs.available_gib is None
+            or engine.v0
+            or not engine.kv_cache_memory_bytes
+        ):
             continue
         counts = []
         for delta in (-0.005, 0.005):

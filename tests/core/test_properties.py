@@ -40,7 +40,11 @@ def models(draw: st.DrawFn) -> ModelSpec:
     )
 
 
-engines = st.sampled_from(["ideal", "vllm-0.10", "vllm-0.15", "vllm-0.19", "vllm-0.21", "vllm-0.33"])
+engines = st.sampled_from(
+    ["ideal", "vllm-0.6", "vllm-0.10-v0", "vllm-0.10", "vllm-0.15", "vllm-0.19", "vllm-0.21", "vllm-0.33"]
+)
+# Releases before 0.11 have no --kv-cache-memory-bytes: their budget is given as a block count instead.
+WITHOUT_KV_BYTES = {"vllm-0.6", "vllm-0.10-v0", "vllm-0.10"}
 budgets = st.integers(0, 80 * GIB)
 
 
@@ -52,7 +56,7 @@ def test_blocks_and_capacity_are_never_negative(
     gpu = GpuSpec(name="g", memory_bytes=80 * GIB)
     kwargs = (
         {"num_gpu_blocks_override": max(1, kv_bytes // GIB)}
-        if engine == "vllm-0.10"
+        if engine in WITHOUT_KV_BYTES
         else {"kv_cache_memory_bytes": kv_bytes}
     )
     kv = plan(
@@ -64,7 +68,7 @@ def test_blocks_and_capacity_are_never_negative(
 
 
 @settings(max_examples=150, deadline=None)
-@given(model=models(), engine=engines.filter(lambda e: e != "vllm-0.10"), a=budgets, b=budgets)
+@given(model=models(), engine=engines.filter(lambda e: e not in WITHOUT_KV_BYTES), a=budgets, b=budgets)
 def test_more_memory_never_means_fewer_blocks(model: ModelSpec, engine: str, a: int, b: int) -> None:
     low, high = sorted((a, b))
     blocks = [
@@ -79,7 +83,7 @@ def test_more_memory_never_means_fewer_blocks(model: ModelSpec, engine: str, a: 
 @settings(max_examples=150, deadline=None)
 @given(
     model=models(),
-    engine=engines.filter(lambda e: e != "vllm-0.10"),
+    engine=engines.filter(lambda e: e not in WITHOUT_KV_BYTES),
     kv_bytes=budgets,
     a=st.integers(1, 131_072),
     b=st.integers(1, 131_072),

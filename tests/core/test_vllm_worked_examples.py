@@ -161,7 +161,7 @@ def test_v0_concurrency_has_no_ceiling_division() -> None:
         PlanRequest(
             model=LLAMA_31_8B,
             gpu=gpu,
-            engine="vllm-0.10",
+            engine="vllm-0.10-v0",
             num_gpu_blocks_override=1024,
             block_size=16,
             max_model_len=20_000,

@@ -77,6 +77,26 @@ async def test_exact_budget_gives_exact_blocks(client: httpx.AsyncClient) -> Non
     assert plan["exact"] is True
 
 
+async def test_chunked_prefill_off_with_a_short_batch_is_refused_in_vllms_words(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {
+        "model": "llama-3.1-8b",
+        "gpu": "h100-sxm-80gb",
+        "max_model_len": 8192,
+        "max_num_batched_tokens": 4096,
+        "enable_chunked_prefill": False,
+    }
+    plan = (await client.post("/v1/plans", json=body)).json()
+    assert plan["fits"] is False
+    assert plan["settings"]["enable_chunked_prefill"] is False
+    assert any(
+        m["text"].startswith("max_num_batched_tokens (4096) is smaller than max_model_len (8192).")
+        for m in plan["messages"]
+        if m["level"] == "error"
+    )
+
+
 async def test_a_deployment_that_will_not_start_says_why_and_how_to_fix_it(client: httpx.AsyncClient) -> None:
     body = {"model": "llama-3.1-8b", "gpu": "l4", "max_model_len": 131072}
     plan = (await client.post("/v1/plans", json=body)).json()
@@ -96,7 +116,7 @@ async def test_a_deployment_that_will_not_start_says_why_and_how_to_fix_it(clien
         ({"model": "llama-3.1-8b", "gpu": "l4", "gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ({"model": "llama-3.1-8b", "gpu": "l4", "kv_cache_dtype": "fp9"}, "kv_cache_dtype"),
         ({"model": "llama-3.1-8b", "gpu": "l4", "engine": "tgi-2"}, "engine"),
-        ({"model": "llama-3.1-8b", "gpu": "l4", "engine": "vllm-0.5"}, "engine"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "engine": "vllm-0.4"}, "engine"),
         ({"model": "llama-3.1-8b", "gpu": "l4", "tensor_parallel_size": 0}, "tensor_parallel_size"),
         ({"model": "llama-3.1-8b", "gpu": "l4", "quantization": "magic"}, "quantization"),
         ({"model": "llama-3.1-8b"}, "gpu"),

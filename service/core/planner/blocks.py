@@ -1,0 +1,256 @@
+"""Stages 5 and 6, blocks and concurrency: how many blocks fit, and how many requests they hold.
+
+::
+
+    num_gpu_blocks = available // page_size // group_size        (min over pipeline stages)
+    concurrency    = num_gpu_blocks / blocks one max_model_len request needs
+                     (V0: num_gpu_blocks × block_size / max_model_len)
+    tokens         = int(concurrency × max_model_len)            (0.21+; blocks // groups × block before)
+
+and the longest request the cache holds, as the release's start-up check measures it
+(``vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory``; V0: ``max_seq_len`` against
+``num_gpu_blocks × block_size`` in ``vllm/worker/worker.py::raise_if_cache_size_invalid``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from service.core.engines import EngineProfile
+from service.core.kv_cache import KvLayout, SpecCounts, blocks_per_request, bytes_per_token, num_blocks
+from service.core.overheads import Overheads
+from service.core.planner.layout import Layout
+from service.core.planner.memory import MemoryBudget
+from service.core.planner.results import Message
+from service.core.planner.settings import Settings
+from service.core.units import fmt_int
+
+
+class PipelineStage(NamedTuple):
+    """One pipeline stage as the cache sees it: its layout beside its memory."""
+
+    stage: int
+    layers: tuple[int, int]
+    specs: SpecCounts
+    layout: KvLayout
+    weights_bytes: int
+    overheads: Overheads
+    available: int
+    available_low: int
+    available_high: int
+    num_gpu_blocks: int
+
+
+class Blocks(NamedTuple):
+    stages: tuple[PipelineStage, ...]
+    num_gpu_blocks: int  # min over stages; vLLM allocates the same count on every rank
+    num_gpu_blocks_low: int
+    num_gpu_blocks_high: int
+    worst: PipelineStage  # the stage with the fewest blocks
+    heaviest: PipelineStage  # the stage with the most weights (not always the worst under PP)
+    layout: KvLayout  # the first stage's (what the engine reports)
+
+
+def count_blocks(settings: Settings, layout: Layout, memory: MemoryBudget) -> Blocks:
+    """Stage 5: blocks per pipeline stage (``get_num_blocks``), the minimum, and its band."""
+    override = settings.num_gpu_blocks_override
+
+    def blocks_for(lay: KvLayout, available: int) -> int:
+        return override if override is not None else num_blocks(available, lay)
+
+    stages = tuple(
+        PipelineStage(
+            stage=mem.stage,
+            layers=mem.layers,
+            specs=lay.specs,
+            layout=lay.layout,
+            weights_bytes=mem.weights_bytes,
+            overheads=mem.overheads,
+            available=mem.available_bytes,
+            available_low=mem.available_low_bytes,
+            available_high=mem.available_high_bytes,
+            num_gpu_blocks=blocks_for(lay.layout, mem.available_bytes),
+        )
+        for lay, mem in zip(layout.stages, memory.stages, strict=True)
+    )
+    blocks = min(s.num_gpu_blocks for s in stages)
+    if settings.detail:
+        low = min(blocks_for(s.layout, s.available_low) for s in stages)
+        high = min(blocks_for(s.layout, s.available_high) for s in stages)
+    else:  # verdict-only plans (sweeps) do not report the band
+        low = high = blocks
+    single = len(stages) == 1
+    worst = stages[0] if single else min(stages, key=lambda s: s.num_gpu_blocks)
+    return Blocks(
+        stages=stages,
+        num_gpu_blocks=blocks,
+        num_gpu_blocks_low=low,
+        num_gpu_blocks_high=high,
+        worst=worst,
+        heaviest=worst if single else max(stages, key=lambda s: s.weights_bytes),
+        layout=stages[0].layout,
+    )
+
+
+class Concurrency(NamedTuple):
+    max_model_len: int  # after ``--max-model-len auto``
+    max_model_len_that_fits: int
+    requested_fits: bool  # one request of the asked length fits (before auto-fit)
+    in_flight_tokens: int
+    state_pages: int
+    blocks_per_request: int
+    max_concurrency: float
+    kv_cache_size_tokens: int
+    bytes_per_token: int
+    messages: tuple[Message, ...]
+
+
+def in_flight_tokens(engine: EngineProfile, *, mnbt: int, async_scheduling: bool, pp: int) -> int:
+    """Tokens a sliding-window layer must keep beyond its window (``max_in_flight_tokens``, 0.28+)."""
+    if engine.in_flight_batches_async == 1:
+        return mnbt
+    if async_scheduling:
+        batches = pp + 1 if engine.in_flight_batches_pp_plus_one else (2 if pp == 1 else pp)
+    else:
+        batches = pp
+    return batches * mnbt
+
+
+class LengthCheck(NamedTuple):
+    """vLLM's start-up check of one request's length, with the release's arithmetic."""
+
+    engine: EngineProfile
+    in_flight_tokens: int
+    state_pages: int
+    num_gpu_blocks_override: int | None
+    v0_capacity_tokens: int  # V0: block_size × blocks per pipeline stage
+
+    def needed_bytes(self, stage: PipelineStage, length: int) -> int:
+        """Bytes the check demands for one request of ``length`` tokens (per release)."""
+        lay, engine = stage.layout, self.engine
+        if engine.refusal_per_layer:
+            return sum(
+                s.max_blocks_per_request(
+                    max_model_len=length, in_flight_tokens=self.in_flight_tokens, state_pages=self.state_pages
+                )
+                * s.page_size_bytes
+                * n
+                for s, n in stage.specs
+            )
+        if engine.refusal_counts_first_group_only:
+            first = lay.groups[0].spec
+            return (
+                lay.group_size
+                * lay.page_size_bytes
+                * first.max_blocks_per_request(
+                    max_model_len=length, in_flight_tokens=self.in_flight_tokens, state_pages=self.state_pages
+                )
+            )
+        return lay.bytes_per_block * self.blocks_per_request(lay, length)
+
+    def blocks_per_request(self, lay: KvLayout, length: int) -> int:
+        return blocks_per_request(
+            lay, max_model_len=length, in_flight_tokens=self.in_flight_tokens, state_pages=self.state_pages
+        )
+
+    def available_bytes(self, stage: PipelineStage) -> int:
+        """The memory the check compares against: from 0.21 an override's blocks, from 0.30 less the null block."""
+        available = stage.available
+        engine = self.engine
+        if self.num_gpu_blocks_override is not None and engine.override_blocks_in_checks:
+            available = self.num_gpu_blocks_override * stage.layout.bytes_per_block
+        if engine.null_block_in_checks:
+            available -= stage.layout.bytes_per_block
+        return available
+
+    def fits(self, stages: tuple[PipelineStage, ...], length: int) -> bool:
+        if self.engine.v0:
+            return length <= self.v0_capacity_tokens
+        return all(self.needed_bytes(s, length) <= self.available_bytes(s) for s in stages)
+
+    def largest_fitting(self, stages: tuple[PipelineStage, ...], limit: int) -> int:
+        """Binary search for the longest request that passes the check (0 when not even one token does)."""
+        if limit < 1 or not self.fits(stages, 1):
+            return 0
+        lo, hi = 1, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.fits(stages, mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def length_check(settings: Settings, block_size: int, blocks: Blocks) -> LengthCheck:
+    engine = settings.engine
+    return LengthCheck(
+        engine=engine,
+        in_flight_tokens=in_flight_tokens(
+            engine,
+            mnbt=settings.max_num_batched_tokens,
+            async_scheduling=settings.async_scheduling,
+            pp=settings.pipeline_parallel_size,
+        ),
+        state_pages=2 if engine.mamba_align else 1,
+        num_gpu_blocks_override=settings.num_gpu_blocks_override,
+        v0_capacity_tokens=block_size * (blocks.num_gpu_blocks // settings.pipeline_parallel_size),
+    )
+
+
+def concurrency(settings: Settings, block_size: int, blocks: Blocks, check: LengthCheck) -> Concurrency:
+    """Stage 6: the longest request that fits, ``--max-model-len auto``, concurrency and the logged token count."""
+    engine = settings.engine
+    messages: list[Message] = []
+    max_len = settings.max_model_len
+    n_blocks = blocks.num_gpu_blocks
+    search_limit = settings.derived_max_model_len or max_len
+    requested_fits = bool(n_blocks > 0 and max_len and check.fits(blocks.stages, max_len))
+    # The largest length that fits is a search; verdict-only plans (sweeps) skip it unless it decides the length.
+    if settings.detail or settings.max_model_len_auto:
+        max_len_fits = check.largest_fitting(blocks.stages, search_limit)
+    else:
+        max_len_fits = max_len if requested_fits else 0
+    if settings.max_model_len_auto:
+        if max_len_fits == 0:
+            messages.append(
+                Message(
+                    level="error",
+                    code="auto_fit_failed",
+                    text="Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single token. Try increasing `gpu_memory_utilization`.",
+                )
+            )
+        else:
+            verb = "full model context length" if max_len_fits == search_limit else "reduced"
+            messages.append(
+                Message(
+                    level="info",
+                    code="auto_fit",
+                    text=f"Auto-fit max_model_len: {verb} {fmt_int(max_len_fits)}",
+                )
+            )
+            max_len = max_len_fits
+
+    layout = blocks.layout
+    request_blocks = check.blocks_per_request(layout, max_len) if max_len else 0
+    if engine.v0:
+        concurrency_value = n_blocks * block_size / max_len if max_len else 0.0
+        kv_tokens = n_blocks * block_size
+    else:
+        concurrency_value = n_blocks / request_blocks if request_blocks else 0.0
+        if engine.tokens_from_concurrency:
+            kv_tokens = int(concurrency_value * max_len)
+        else:
+            kv_tokens = n_blocks // len(layout.groups) * min(g.spec.block_size for g in layout.groups)
+    return Concurrency(
+        max_model_len=max_len,
+        max_model_len_that_fits=max_len_fits,
+        requested_fits=requested_fits,
+        in_flight_tokens=check.in_flight_tokens,
+        state_pages=check.state_pages,
+        blocks_per_request=request_blocks,
+        max_concurrency=concurrency_value,
+        kv_cache_size_tokens=kv_tokens,
+        bytes_per_token=bytes_per_token(blocks.worst.specs),
+        messages=tuple(messages),
+    )

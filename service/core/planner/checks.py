@@ -1,0 +1,206 @@
+"""What ``vllm serve`` refuses before it serves, in the release's words (part of the settings stage).
+
+Each check returns error messages rather than raising: vLLM accepted the command line's syntax, and the plan
+still says what it would have allocated. Sources per check below (read from the 0.5.5, 0.6.3, 0.6.4 and 0.7.3
+wheels, and the V1 source where it says so).
+"""
+
+from __future__ import annotations
+
+from service.core.engines import EngineProfile
+from service.core.kv_cache import kv_heads_per_rank
+from service.core.planner.request import PlanRequest
+from service.core.planner.results import Message
+from service.core.specs import GpuSpec, ModelSpec
+from service.core.weights import QuantScheme
+
+
+def scheduler_checks(
+    request: PlanRequest, engine: EngineProfile, max_len: int, mns: int, mnbt: int, chunked: bool
+) -> list[Message]:
+    """``vllm serve`` refuses these arguments before it loads anything.
+
+    ``--block-size`` outside the release's argparse choices (``vllm/engine/arg_utils.py``, V0 releases), and
+    ``SchedulerConfig._verify_args`` (``vllm/config.py``, 0.5.5 – 0.7.3; ``vllm/config/scheduler.py`` later):
+    without chunked prefill a batch must hold a whole ``max_model_len`` prompt, and a batch must have room
+    for one token of every sequence.
+    """
+    messages: list[Message] = []
+    choices = engine.block_size_choices
+    if request.block_size is not None and choices is not None and request.block_size not in choices:
+        messages.append(
+            Message(
+                level="error",
+                code="block_size_unsupported",
+                text=(
+                    f"argument --block-size: invalid choice: {request.block_size} "
+                    f"(choose from {', '.join(str(c) for c in choices)})"
+                ),
+            )
+        )
+    if mnbt < max_len and not chunked:
+        messages.append(
+            Message(
+                level="error",
+                code="max_num_batched_tokens_below_max_model_len",
+                text=(
+                    f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_len}). This effectively "
+                    "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
+                    "sequences. Please increase max_num_batched_tokens or decrease max_model_len."
+                ),
+            )
+        )
+    if mnbt < mns:
+        messages.append(
+            Message(
+                level="error",
+                code="max_num_batched_tokens_below_max_num_seqs",
+                text=f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({mns}).",
+            )
+        )
+    return messages
+
+
+def compute_capability_int(gpu: GpuSpec | None) -> int | None:
+    """NVIDIA compute capability as vLLM compares it (``DeviceCapability.to_int``: "8.9" → 89); None for AMD."""
+    text = gpu.compute_capability if gpu else None
+    if not text or "." not in text:
+        return None
+    major, _, minor = text.partition(".")
+    return int(major) * 10 + int(minor) if major.isdigit() and minor.isdigit() else None
+
+
+def bf16_refusal(gpu: GpuSpec) -> Message:
+    """``_check_if_gpu_supports_dtype`` (``vllm/worker/worker.py`` 0.5.5 – 0.7.3; the platform's
+    ``check_if_supports_dtype`` in V1): bf16 needs compute capability 8.0. Releases before 0.8 keep a bf16
+    config under ``--dtype auto``, so they refuse too; later releases fall back to float16 by themselves."""
+    capability = gpu.compute_capability
+    compute = f"has compute capability {capability}" if capability else "does not have a compute capability"
+    return Message(
+        level="error",
+        code="dtype_unsupported",
+        text=(
+            "Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+            f"Your {gpu.name} GPU {compute}. You can use float16 instead by explicitly setting the"
+            "`dtype` flag in CLI, for example: --dtype=half."
+        ),
+    )
+
+
+# ``get_min_capability()`` of each quantization method (``vllm/model_executor/layers/quantization/*.py``,
+# 0.6.3): the loader refuses a GPU below it (``model_loader/loader.py::_get_quantization_config``).
+QUANTIZATION_MIN_CAPABILITY: dict[str, int] = {
+    "aqlm": 60,
+    "awq": 75,
+    "awq_marlin": 80,
+    "bitsandbytes": 70,
+    "deepspeedfp": 60,
+    "experts_int8": 80,
+    "fbgemm_fp8": 80,
+    "fp8": 80,
+    "gguf": 60,
+    "gptq": 60,
+    "gptq_marlin": 80,
+    "gptq_marlin_24": 80,
+    "marlin": 80,
+    "modelopt": 89,
+    "qqq": 80,
+}
+
+
+def quantization_capability(method: str | None, gpu: GpuSpec | None, device: str) -> list[Message]:
+    key = (method or "").strip().lower()
+    minimum = QUANTIZATION_MIN_CAPABILITY.get(key)
+    capability = compute_capability_int(gpu)
+    if device != "cuda" or minimum is None or capability is None or capability >= minimum:
+        return []
+    return [
+        Message(
+            level="error",
+            code="quantization_unsupported_gpu",
+            text=(
+                f"The quantization method {key} is not supported for the current GPU. "
+                f"Minimum capability: {minimum}. Current capability: {capability}."
+            ),
+        )
+    ]
+
+
+QUANT_GROUP_SIZE = 128  # the group size of published AWQ / GPTQ 4-bit checkpoints ("q_group_size": 128)
+
+
+def quantized_shape_messages(
+    model: ModelSpec,
+    quant: QuantScheme | None,
+    tp: int,
+    engine: EngineProfile,
+    gpu: GpuSpec | None,
+    requested: str | None,
+) -> list[Message]:
+    """A group-quantised checkpoint whose row-parallel shard is not a whole number of groups cannot load.
+
+    ``down_proj`` takes ``intermediate_size / TP`` inputs per GPU; AWQ and GPTQ scales come per group of 128
+    inputs, so the shard must hold whole groups (``AWQLinearMethod.create_weights`` /
+    ``GPTQLinearMethod.create_weights``; the Marlin kernels, chosen on compute capability ≥ 8.0,
+    ``verify_marlin_supports_shape``: ``vllm/model_executor/layers/quantization``, 0.6.3). Checked only where
+    the config is the checkpoint's own (its ``quantization_config`` names the method): checkpoints pad
+    ``intermediate_size`` for this (Qwen2.5-72B's AWQ/GPTQ configs publish 29,696, the bf16 one 29,568).
+    """
+    if (
+        quant is None
+        or quant.name not in ("awq", "gptq")
+        or model.quantization is None
+        or (requested is not None and requested.strip().lower() not in (model.quantization, quant.name))
+        or model.is_moe
+        or not model.intermediate_size
+    ):
+        return []
+    shard = model.intermediate_size // tp
+    if model.intermediate_size % tp == 0 and shard % QUANT_GROUP_SIZE == 0:
+        return []
+    capability = compute_capability_int(gpu)
+    if capability is not None and capability >= 80 and engine.auto_dtype_keeps_bf16:
+        text = (
+            f"Weight input_size_per_partition = {shard} is not divisible by group_size = {QUANT_GROUP_SIZE}."
+            "Consider reducing tensor_parallel_size or running with --quantization gptq."
+        )
+    else:
+        text = (
+            "The input size is not aligned with the quantized weight shape. This can be caused by too large "
+            "tensor parallel size."
+        )
+    return [Message(level="error", code="quantized_shape_unaligned", text=text)]
+
+
+def tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:
+    """Heads that tensor parallelism must split evenly (``ModelConfig.verify_with_parallel_config``)."""
+    messages: list[Message] = []
+    if model.num_attention_heads % tp:
+        messages.append(
+            Message(
+                level="error",
+                code="tp_heads",
+                text=f"Total number of attention heads ({model.num_attention_heads}) must be divisible by tensor parallel size ({tp}).",
+            )
+        )
+    kv_total = model.num_key_value_heads
+    if not model.uses_mla and ((tp >= kv_total and tp % kv_total) or (tp < kv_total and kv_total % tp)):
+        messages.append(
+            Message(
+                level="error",
+                code="tp_kv_heads",
+                text=f"{kv_total} KV heads cannot be split evenly over tensor parallel size {tp}.",
+            )
+        )
+    if not model.uses_mla and tp > kv_total:
+        messages.append(
+            Message(
+                level="warning",
+                code="kv_head_replication",
+                text=(
+                    f"tensor-parallel-size {tp} exceeds the model's {kv_total} KV heads: each GPU stores {kv_heads_per_rank(kv_total, tp)} "
+                    "replicated head(s), so per-GPU KV memory no longer shrinks with TP"
+                ),
+            )
+        )
+    return messages

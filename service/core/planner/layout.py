@@ -1,0 +1,141 @@
+"""Stage 4, layout: which layers store what, in pages of which size, grouped how (vLLM's KV-cache spec).
+
+Per pipeline stage: the layers' specs (``service.core.kv_cache.layer_spec_counts``), charged the way the
+release pages them (V0 pages every attention layer alike; chunked local attention as full before 0.13), page
+sizes unified across attention and state layers, and layers cut into groups that share one pool
+(``vllm/v1/core/kv_cache_utils.py``: ``unify_kv_cache_spec_page_size``, ``_get_kv_cache_groups_uniform_page_size``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import NamedTuple
+
+from service.core.dtypes import KvCacheDtype
+from service.core.engines import EngineProfile
+from service.core.errors import InvalidSpec
+from service.core.kv_cache import (
+    KvLayout,
+    LayerKvSpec,
+    SpecCounts,
+    group_layers,
+    layer_spec_counts,
+    unify_page_sizes,
+)
+from service.core.planner.results import Message
+from service.core.planner.settings import Settings
+from service.core.specs import LayerType, ModelSpec
+from service.core.weights import WeightShare
+
+
+class StageLayout(NamedTuple):
+    stage: int
+    specs: SpecCounts  # distinct layer specs on this stage's GPU, with how many layers use each
+    layout: KvLayout
+
+
+class Layout(NamedTuple):
+    stages: tuple[StageLayout, ...]
+    block_size: int  # as vLLM ends up with it (hybrids raise it so attention and state pages match)
+    messages: tuple[Message, ...]
+
+
+def lay_out(settings: Settings, shares: tuple[WeightShare, ...]) -> Layout:
+    """The KV layout of every pipeline stage, and the block size the pages settle on."""
+    engine = settings.engine
+    block_size = settings.block_size
+    stages: list[StageLayout] = []
+    notes: list[str] = []
+    for share in shares:
+        specs, stage_notes = _stage_specs(
+            settings.model,
+            engine,
+            settings.kv_dtype,
+            block_size,
+            settings.tensor_parallel_size,
+            range(*share.layers),
+            settings.dtype,
+        )
+        if any(s.is_state for s, _ in specs) and any(not s.is_state for s, _ in specs):
+            specs, raised_block, note = unify_page_sizes(specs)
+            if raised_block != block_size:
+                block_size = raised_block  # the next stage's specs start from the raised size, as vLLM's one config does
+                stage_notes.append(note)
+        specs, note = _unify_attention_pages(specs)
+        if note:
+            stage_notes.append(note)
+        # Before 0.12 the smallest bucket always set the group size (a ratio of 1 never picks the largest).
+        layout = group_layers(tuple(specs), uniform_ratio=engine.group_size_ratio or 1.0)
+        stages.append(StageLayout(stage=share.stage, specs=specs, layout=layout))
+        notes.extend(n for n in stage_notes if n not in notes)
+    messages = [Message(level="info", code="layout", text=note) for note in notes]
+    messages.extend(
+        Message(level="warning", code="padding_layers", text=padding_note)
+        for padding_note in stages[0].layout.notes
+    )
+    return Layout(stages=tuple(stages), block_size=block_size, messages=tuple(messages))
+
+
+def _as_full(counts: SpecCounts, kinds: frozenset[LayerType]) -> SpecCounts:
+    """Charge layers of ``kinds`` as full attention (their window limits attention, not memory)."""
+    merged: dict[LayerKvSpec, int] = {}
+    for spec, count in counts:
+        if spec.kind in kinds:
+            spec = replace(spec, kind=LayerType.FULL, window_tokens=None)
+        merged[spec] = merged.get(spec, 0) + count
+    return list(merged.items())
+
+
+def _stage_specs(
+    model: ModelSpec,
+    engine: EngineProfile,
+    kv_dtype: KvCacheDtype,
+    block_size: int,
+    tp: int,
+    layers: range,
+    dtype: str,
+) -> tuple[SpecCounts, list[str]]:
+    notes: list[str] = []
+    counts: SpecCounts = list(
+        layer_spec_counts(
+            model,
+            kv_dtype=kv_dtype,
+            block_size=block_size,
+            tensor_parallel_size=tp,
+            layers=layers,
+            model_dtype=dtype,
+        )
+    )
+    present = {spec.kind for spec, _ in counts}
+    if engine.v0:
+        if present & {LayerType.SLIDING, LayerType.CHUNKED}:
+            # V0 paged every attention layer the same way: a sliding window limits attention, not memory.
+            counts = _as_full(counts, frozenset({LayerType.SLIDING, LayerType.CHUNKED}))
+            notes.append("V0 engine: sliding-window layers are charged as full attention")
+        counts = [(spec, n) for spec, n in counts if not spec.is_state]
+    elif engine.chunked_local_as_full and LayerType.CHUNKED in present:
+        counts = _as_full(counts, frozenset({LayerType.CHUNKED}))
+        notes.append(
+            "chunked local attention is charged as full attention (hybrid KV manager off by default before 0.15)"
+        )
+    return counts, notes
+
+
+def _unify_attention_pages(counts: SpecCounts) -> tuple[SpecCounts, str]:
+    """Raise smaller attention pages to the largest by multiplying their block size (``unify_kv_cache_spec_page_size``)."""
+    pages = {s.page_size_bytes for s, _ in counts}
+    if len(pages) <= 1:
+        return counts, ""
+    largest = max(pages)
+    unified: SpecCounts = []
+    for spec, n in counts:
+        if spec.page_size_bytes == largest:
+            unified.append((spec, n))
+            continue
+        if largest % spec.page_size_bytes:
+            raise InvalidSpec(
+                "The page size of the layer is not divisible by the maximum page size. Cannot unify by adjusting block_size.",
+                field="model",
+            )
+        unified.append((replace(spec, block_size=spec.block_size * (largest // spec.page_size_bytes)), n))
+    return unified, "layers with smaller pages get proportionally larger blocks so all pages are equal"

@@ -1,0 +1,101 @@
+"""Stages 2 and 3, weights and the budget: what each GPU loads, and what is left for the KV cache.
+
+Per pipeline stage (one GPU of it)::
+
+    budget    = ceil(total × gpu_memory_utilization)       (0.15+; the float before)
+    available = budget − weights − activation peak − non-torch − CUDA graphs (0.20+)
+
+or exactly ``--kv-cache-memory-bytes`` when given (vLLM then skips profiling). The overhead terms are estimates
+with a band (``service.core.overheads``), so ``available`` comes with a low and a high end.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from service.core.overheads import Overheads, estimate_overheads, nvls_fabric
+from service.core.planner.settings import Settings, is_datacenter_blackwell
+from service.core.weights import WeightShare, weight_shares
+
+
+def stage_weights(settings: Settings) -> tuple[WeightShare, ...]:
+    """Stage 2: the weights on one GPU of every pipeline stage (``service.core.weights``)."""
+    gpu = settings.gpu
+    return tuple(
+        weight_shares(
+            settings.model,
+            quantization=settings.quantization,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            pipeline_parallel_size=settings.pipeline_parallel_size,
+            dtype=settings.dtype,
+            compute_capability=gpu.compute_capability if gpu else None,
+        )
+    )
+
+
+class StageMemory(NamedTuple):
+    """One GPU of one pipeline stage: its weights, its runtime overheads and what is left for blocks."""
+
+    stage: int
+    layers: tuple[int, int]  # [start, end)
+    weights_bytes: int
+    overheads: Overheads
+    available_bytes: int
+    available_low_bytes: int
+    available_high_bytes: int
+
+
+class MemoryBudget(NamedTuple):
+    total_bytes: int  # the GPU's memory (0 without a GPU)
+    budget_bytes: float  # total × utilisation: an int from 0.15 (ceil), the float before
+    stages: tuple[StageMemory, ...]
+
+
+def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> MemoryBudget:
+    """Stage 3: the budget and, per pipeline stage, the overheads charged before the KV cache."""
+    engine, gpu = settings.engine, settings.gpu
+    total = gpu.memory_bytes if gpu else 0
+    util = settings.gpu_memory_utilization
+    budget = math.ceil(total * util) if engine.ceil_requested else total * util
+    blackwell = is_datacenter_blackwell(gpu)
+    nvls = gpu is not None and nvls_fabric(
+        gpu.compute_capability, gpu.interconnect_bandwidth_bytes_per_second
+    )
+    stages: list[StageMemory] = []
+    for share in shares:
+        overheads = estimate_overheads(
+            settings.model,
+            engine=engine,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            pipeline_parallel_size=settings.pipeline_parallel_size,
+            layers_on_rank=share.layers[1] - share.layers[0],
+            last_stage=share.stage == len(shares) - 1,
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            enforce_eager=settings.enforce_eager or settings.device == "cpu",
+            dtype=settings.dtype,
+            blackwell=blackwell,
+            nvls=nvls,
+            quantization=settings.quantization.name if settings.quantization else None,
+            coefficients=settings.coefficients,
+        )
+        if settings.kv_cache_memory_bytes is not None:
+            available = low = high = settings.kv_cache_memory_bytes
+        else:
+            free = budget - share.total_bytes
+            available = int(free - overheads.total_bytes)
+            low = int(free - overheads.high_bytes)
+            high = int(free - overheads.low_bytes)
+        stages.append(
+            StageMemory(
+                stage=share.stage,
+                layers=share.layers,
+                weights_bytes=share.total_bytes,
+                overheads=overheads,
+                available_bytes=available,
+                available_low_bytes=low,
+                available_high_bytes=high,
+            )
+        )
+    return MemoryBudget(total_bytes=total, budget_bytes=budget, stages=tuple(stages))

@@ -1,0 +1,137 @@
+"""The plan as a pipeline of named stages, each a pure function with a typed result::
+
+    settings → weights → budget and overheads → layout → blocks → concurrency → verdict → suggestions
+
+and the breakdown that explains the numbers. Release differences live on the engine profile
+(``service.core.engines.EngineProfile``), which every stage reads from ``Settings.engine``.
+
+The stages hand each other immutable ``NamedTuple`` records rather than frozen dataclasses: sweeps plan
+thousands of times per request, and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
+costs about three times a tuple's. The public results (``results.py``) stay frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import math
+
+from service.core.planner.blocks import concurrency, count_blocks, length_check
+from service.core.planner.breakdown import Breakdown, explain
+from service.core.planner.layout import lay_out
+from service.core.planner.memory import memory_budget, stage_weights
+from service.core.planner.request import PlanRequest
+from service.core.planner.results import (
+    CapacityPlan,
+    KvCacheResult,
+    MemoryResult,
+    ResolvedSettings,
+    StageResult,
+    projection_counts,
+)
+from service.core.planner.settings import resolve_settings
+from service.core.planner.suggestions import suggest
+from service.core.planner.verdict import judge
+
+_NO_BREAKDOWN = Breakdown(messages=(), terms=())  # verdict-only plans (sweeps) explain nothing
+
+
+def plan(request: PlanRequest) -> CapacityPlan:
+    """What vLLM will allocate for ``request``, and whether it will start."""
+    settings = resolve_settings(request)
+    shares = stage_weights(settings)
+    memory = memory_budget(settings, shares)
+    layout = lay_out(settings, shares)
+    block_size = layout.block_size
+    blocks = count_blocks(settings, layout, memory)
+    check = length_check(settings, block_size, blocks)
+    capacity = concurrency(settings, block_size, blocks, check)
+    earlier = (*settings.messages, *layout.messages, *capacity.messages)
+    verdict = judge(settings, memory, blocks, check, capacity, earlier)
+    suggestions = (
+        suggest(request, settings, capacity.max_model_len, capacity.max_model_len_that_fits, plan)
+        if request.suggest and not verdict.fits
+        else ()
+    )
+    breakdown = explain(settings, block_size, memory, blocks, capacity) if request.detail else _NO_BREAKDOWN
+
+    engine, kv_bytes = settings.engine, settings.kv_cache_memory_bytes
+    worst, lay = blocks.worst, blocks.layout
+    n_blocks, max_len = blocks.num_gpu_blocks, capacity.max_model_len
+    per_token = capacity.bytes_per_token
+    profiled = kv_bytes is None
+    return CapacityPlan(
+        settings=ResolvedSettings(
+            engine=engine.engine,
+            profile=engine.profile,
+            device=settings.device,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            pipeline_parallel_size=settings.pipeline_parallel_size,
+            max_model_len=max_len,
+            kv_cache_dtype=settings.kv_dtype.name,
+            kv_cache_element_bytes=settings.kv_dtype.bytes_per_element(settings.dtype),
+            quantization=settings.quantization.name if settings.quantization else None,
+            dtype=settings.dtype,
+            gpu_memory_utilization=settings.gpu_memory_utilization if profiled else None,
+            kv_cache_memory_bytes=kv_bytes,
+            block_size=block_size,
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            enforce_eager=settings.enforce_eager,
+            async_scheduling=settings.async_scheduling,
+            enable_chunked_prefill=settings.enable_chunked_prefill,
+        ),
+        kv_cache=KvCacheResult(
+            bytes_per_token=per_token,
+            bytes_per_block=lay.bytes_per_block,
+            page_size_bytes=lay.page_size_bytes,
+            block_size=block_size,
+            num_gpu_blocks=max(n_blocks, 0),
+            usable_blocks=max(n_blocks - (0 if engine.profile == "ideal" else 1), 0),
+            kv_cache_size_tokens=max(capacity.kv_cache_size_tokens, 0),
+            max_concurrency=max(capacity.max_concurrency, 0.0),
+            max_concurrent_sequences=max(math.floor(capacity.max_concurrency), 0),
+            blocks_per_request=capacity.blocks_per_request,
+            bytes_per_sequence=per_token * max_len,
+            bytes_for_max_num_seqs=per_token * max_len * settings.max_num_seqs,
+            num_groups=len(lay.groups),
+            group_size=lay.group_size,
+            padding_layers=lay.padding_layers,
+            num_gpu_blocks_low=max(blocks.num_gpu_blocks_low, 0),
+            num_gpu_blocks_high=max(blocks.num_gpu_blocks_high, 0),
+        ),
+        memory=MemoryResult(
+            total_bytes=memory.total_bytes,
+            budget_bytes=int(memory.budget_bytes) if profiled else 0,
+            weights_bytes=worst.weights_bytes,
+            activation_bytes=worst.overheads.activation.bytes if profiled else 0,
+            non_torch_bytes=worst.overheads.non_torch.bytes if profiled else 0,
+            cudagraph_bytes=worst.overheads.cudagraph.bytes if profiled else 0,
+            kv_cache_bytes=worst.available,
+            kv_cache_used_bytes=n_blocks * lay.bytes_per_block,
+            kv_cache_bytes_low=worst.available_low,
+            kv_cache_bytes_high=worst.available_high,
+        ),
+        fits=verdict.fits,
+        max_model_len_that_fits=capacity.max_model_len_that_fits,
+        messages=(*earlier, *verdict.messages, *breakdown.messages),
+        suggestions=suggestions,
+        breakdown=breakdown.terms,
+        stages=tuple(
+            StageResult(
+                stage=s.stage,
+                layers=s.layers,
+                weights_bytes=s.weights_bytes,
+                kv_cache_bytes=s.available,
+                num_gpu_blocks=s.num_gpu_blocks,
+            )
+            for s in blocks.stages
+        ),
+        projections=(
+            projection_counts(request.prompt_tokens, request.output_tokens)
+            if request.prompt_tokens and request.output_tokens
+            else None
+        ),
+        exact=settings.exact,
+        layout=lay,
+        in_flight_tokens=capacity.in_flight_tokens,
+        state_pages=capacity.state_pages,
+    )

@@ -1,0 +1,65 @@
+"""What a plan is asked: everything ``vllm serve`` is told that decides memory."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, fields
+
+from service.core.overheads import DEFAULT_COEFFICIENTS, OverheadCoefficients
+from service.core.specs import GpuSpec, ModelSpec
+
+DEVICES = ("cuda", "rocm", "cpu")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanRequest:
+    """Everything ``vllm serve`` is told that decides memory; ``None`` takes the release's default."""
+
+    model: ModelSpec
+    gpu: GpuSpec | None = None
+    engine: str | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    max_model_len_auto: bool = False
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    num_gpu_blocks_override: int | None = None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_chunked_prefill: bool | None = None  # None: the release's default (V1 always; V0 above 32K tokens)
+    enforce_eager: bool = False
+    async_scheduling: bool | None = None
+    device: str = "cuda"
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS
+    suggest: bool = True
+    detail: bool = (
+        True  # False: verdict and numbers only (sweeps): no breakdown, no length search when it fits
+    )
+
+
+def with_changes(request: PlanRequest, **changes: object) -> PlanRequest:
+    """``dataclasses.replace`` for ``PlanRequest`` without re-running ``__init__`` (sweeps make thousands).
+
+    ``PlanRequest`` has no ``__post_init__``, so filling a new instance's slots directly gives the same value
+    several times faster than ``replace`` or ``copy.copy`` (both go through the dataclass machinery): one
+    C-level read of every field, then one write per slot.
+    """
+    if not changes.keys() <= _PLAN_REQUEST_FIELD_SET:
+        raise TypeError(f"PlanRequest has no field(s) {sorted(set(changes) - _PLAN_REQUEST_FIELD_SET)}")
+    clone = object.__new__(PlanRequest)
+    for name, value in zip(_PLAN_REQUEST_FIELDS, _read_fields(request), strict=True):
+        _set(clone, name, changes.get(name, value))
+    return clone
+
+
+_PLAN_REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
+_PLAN_REQUEST_FIELD_SET: frozenset[str] = frozenset(_PLAN_REQUEST_FIELDS)
+_read_fields = operator.attrgetter(*_PLAN_REQUEST_FIELDS)
+_set = object.__setattr__

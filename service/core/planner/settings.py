@@ -1,0 +1,300 @@
+"""Stage 1, settings: the request checked the way ``vllm serve`` checks its arguments, and every default filled in.
+
+Nothing here measures memory. What vLLM rejects outright raises ``InvalidSpec`` naming the flag; what vLLM
+accepts but changes (an ``int8`` KV cache alias, bf16 cast to fp16 on GPUs without it) or refuses later
+(heads that TP cannot split, a length over the model's) becomes a message of this stage.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
+from service.core.engines import EngineProfile, resolve_engine
+from service.core.errors import InvalidSpec
+from service.core.overheads import OverheadCoefficients
+from service.core.planner.checks import (
+    bf16_refusal,
+    quantization_capability,
+    quantized_shape_messages,
+    scheduler_checks,
+    tensor_parallel_messages,
+)
+from service.core.planner.request import DEVICES, PlanRequest
+from service.core.planner.results import Message
+from service.core.specs import GpuSpec, ModelSpec
+from service.core.units import GIB, fmt_int
+from service.core.weights import QuantScheme, resolve_quantization
+
+
+class Settings(NamedTuple):
+    """The request as vLLM will run it: release rules, resolved dtypes and every default."""
+
+    engine: EngineProfile
+    model: ModelSpec
+    gpu: GpuSpec | None
+    device: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    kv_dtype: KvCacheDtype
+    quantization: QuantScheme | None
+    dtype: str
+    derived_max_model_len: int | None  # from config.json; the bound of the length search
+    max_model_len: int  # as asked (or derived); ``max_model_len auto`` may lower it later
+    max_model_len_auto: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    kv_cache_memory_bytes: int | None
+    num_gpu_blocks_override: int | None
+    block_size: int  # before hybrid models raise it to unify page sizes (layout stage)
+    enforce_eager: bool
+    async_scheduling: bool
+    enable_chunked_prefill: bool
+    coefficients: OverheadCoefficients
+    detail: bool
+    exact: bool  # the KV budget or block count was given, so block counts are exact
+    messages: tuple[Message, ...]
+
+
+def resolve_settings(request: PlanRequest) -> Settings:
+    """Check the request and fill in the release's defaults (``EngineArgs`` / ``VllmConfig`` post-init)."""
+    model, gpu = request.model, request.gpu
+    engine = resolve_engine(request.engine)
+    tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
+    _reject_invalid(request, engine)
+    kv_dtype, kv_messages = _kv_cache_dtype(request, engine)
+    dtype, dtype_messages = _model_dtype(request, engine)
+    quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
+    max_len, derived_len, len_messages = _max_model_len(request)
+    mns, mnbt, chunked = _batch(request, engine, max_len)
+    messages = [*kv_messages, *dtype_messages]
+    if engine.checks_quantization_capability:
+        messages += quantization_capability(request.quantization or model.quantization, gpu, request.device)
+    messages += tensor_parallel_messages(model, tp)
+    messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
+    messages += len_messages
+    messages += scheduler_checks(request, engine, max_len, mns, mnbt, chunked)
+    util = request.gpu_memory_utilization
+    async_scheduling = (
+        request.async_scheduling
+        if request.async_scheduling is not None
+        else (request.device != "cpu" and engine.async_scheduling_default)
+    )
+    return Settings(
+        engine=engine,
+        model=model,
+        gpu=gpu,
+        device=request.device,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        kv_dtype=kv_dtype,
+        quantization=quant,
+        dtype=dtype,
+        derived_max_model_len=derived_len,
+        max_model_len=max_len,
+        max_model_len_auto=request.max_model_len_auto,
+        max_num_seqs=mns,
+        max_num_batched_tokens=mnbt,
+        gpu_memory_utilization=util if util is not None else engine.default_gpu_memory_utilization,
+        kv_cache_memory_bytes=request.kv_cache_memory_bytes,
+        num_gpu_blocks_override=request.num_gpu_blocks_override,
+        block_size=request.block_size or default_block_size(model, engine, gpu, request.device),
+        enforce_eager=request.enforce_eager,
+        async_scheduling=async_scheduling,
+        enable_chunked_prefill=chunked,
+        coefficients=request.coefficients,
+        detail=request.detail,
+        exact=request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None,
+        messages=tuple(messages),
+    )
+
+
+def _kv_cache_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[KvCacheDtype, list[Message]]:
+    """``--kv-cache-dtype``: ``int8`` is the per-token-head scheme of 0.20+; fp8 on GPUs that list none is warned."""
+    messages: list[Message] = []
+    kv_name = request.kv_cache_dtype
+    if kv_name is not None and kv_name.strip().lower() == "int8" and engine.overheads:
+        if not engine.per_token_head_kv:
+            raise InvalidSpec(
+                f"int8 KV cache is not available in {engine.engine} (int8_per_token_head from 0.20)",
+                field="kv_cache_dtype",
+            )
+        kv_name = "int8_per_token_head"
+        messages.append(
+            Message(
+                level="info",
+                code="kv_dtype_alias",
+                text="int8 KV cache means vLLM's int8_per_token_head (1 byte + fp32 scales per head)",
+            )
+        )
+    kv_dtype = resolve_kv_cache_dtype(kv_name)
+    if kv_dtype.scale_bytes_per_head and not engine.per_token_head_kv:
+        raise InvalidSpec(
+            f"{kv_dtype.name} does not exist in {engine.engine} (added in 0.20)", field="kv_cache_dtype"
+        )
+    gpu = request.gpu
+    if (
+        kv_dtype.name.startswith("fp8")
+        and gpu is not None
+        and not gpu.supports_fp8
+        and request.device != "cpu"
+    ):
+        messages.append(
+            Message(
+                level="warning",
+                code="fp8_kv_unsupported",
+                text=f"{gpu.name} does not list an fp8 KV cache; vLLM may refuse or emulate it",
+            )
+        )
+    return kv_dtype, messages
+
+
+def _model_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[str, list[Message]]:
+    """``--dtype``: bf16 on a GPU without it is refused when asked for (or kept by ``auto`` before 0.8), else cast."""
+    dtype = request.dtype or request.model.torch_dtype
+    gpu = request.gpu
+    if gpu is None or gpu.supports_bf16 or dtype != "bfloat16" or request.device == "cpu":
+        return dtype, []
+    if request.dtype is not None or engine.auto_dtype_keeps_bf16:
+        return dtype, [bf16_refusal(gpu)]
+    cast = Message(
+        level="info", code="dtype_cast", text=f"{gpu.name} has no bfloat16: vLLM casts the model to float16"
+    )
+    return "float16", [cast]
+
+
+def _max_model_len(request: PlanRequest) -> tuple[int, int | None, list[Message]]:
+    """(the length asked or derived, the config's derived length, the refusal of a longer one)."""
+    model = request.model
+    derived_len = model.max_model_len or model.max_position_embeddings
+    if request.max_model_len is None and derived_len is None:
+        raise InvalidSpec(
+            "the model has no default context length; give max_model_len", field="max_model_len"
+        )
+    max_len = request.max_model_len or derived_len or 0
+    if not (derived_len and request.max_model_len and request.max_model_len > derived_len):
+        return max_len, derived_len, []
+    over = Message(
+        level="error",
+        code="max_model_len_over_derived",
+        text=(
+            f"User-specified max_model_len ({fmt_int(request.max_model_len)}) is greater than the derived max_model_len "
+            f"({fmt_int(derived_len)}) of the model's config.json; vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+        ),
+    )
+    return max_len, derived_len, [over]
+
+
+def _batch(request: PlanRequest, engine: EngineProfile, max_len: int) -> tuple[int, int, bool]:
+    """(max_num_seqs, max_num_batched_tokens, chunked prefill) as ``EngineArgs`` and ``SchedulerConfig`` set them."""
+    world = request.tensor_parallel_size * request.pipeline_parallel_size
+    default_mns, default_mnbt = batch_defaults(engine, request.gpu, request.device, world)
+    chunked = (
+        request.enable_chunked_prefill
+        if request.enable_chunked_prefill is not None
+        else engine.chunked_prefill_above_tokens is None
+        or v0_chunked_prefill(engine, request.model, request.device, max_len)
+    )
+    mns = request.max_num_seqs or default_mns
+    if request.max_num_batched_tokens is not None:
+        mnbt = request.max_num_batched_tokens
+    elif engine.chunked_prefill_above_tokens is not None:
+        # V0 (``SchedulerConfig``): chunked prefill only for long contexts; without it a batch holds a whole prompt.
+        mnbt = engine.v0_chunked_prefill_batched_tokens if chunked else max(max_len, 2048)
+    else:
+        mnbt = min(default_mnbt, mns * max_len)
+    if request.max_num_seqs is None:
+        mns = min(mns, mnbt)
+    return mns, mnbt, chunked
+
+
+def v0_chunked_prefill(engine: EngineProfile, model: ModelSpec, device: str, max_len: int) -> bool:
+    """V0 turns chunked prefill on by itself for contexts over 32K, on GPUs, without a sliding window
+    (``EngineArgs.create_engine_config``: ``use_long_context``, 0.5.5 – 0.10)."""
+    above = engine.chunked_prefill_above_tokens
+    return above is not None and max_len > above and device != "cpu" and model.sliding_window is None
+
+
+def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
+    """Inputs vLLM rejects outright (argument parsing and ``CacheConfig``/``SchedulerConfig`` validation)."""
+    if request.tensor_parallel_size < 1:
+        raise InvalidSpec("must be ≥ 1", field="tensor_parallel_size")
+    if request.pipeline_parallel_size < 1:
+        raise InvalidSpec("must be ≥ 1", field="pipeline_parallel_size")
+    if request.device not in DEVICES:
+        raise InvalidSpec(f"must be one of {', '.join(DEVICES)}", field="device")
+    if request.gpu is None and request.kv_cache_memory_bytes is None:
+        raise InvalidSpec("is required unless kv_cache_memory_bytes is given", field="gpu")
+    util = request.gpu_memory_utilization
+    if util is not None and not 0 < util <= 1:
+        raise InvalidSpec(f"must be in (0, 1], got {util}", field="gpu_memory_utilization")
+    if request.kv_cache_memory_bytes is not None:
+        if request.kv_cache_memory_bytes < 0:
+            raise InvalidSpec("must not be negative", field="kv_cache_memory_bytes")
+        if not engine.kv_cache_memory_bytes:
+            raise InvalidSpec(
+                f"--kv-cache-memory-bytes does not exist in {engine.engine} (added in 0.11)",
+                field="kv_cache_memory_bytes",
+            )
+    if request.max_model_len_auto and not engine.max_model_len_auto:
+        raise InvalidSpec(
+            f"--max-model-len auto does not exist in {engine.engine} (added in 0.15)", field="max_model_len"
+        )
+    for name in (
+        "max_model_len",
+        "block_size",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "num_gpu_blocks_override",
+    ):
+        value = getattr(request, name)
+        if value is not None and value < 1:
+            raise InvalidSpec("must be ≥ 1", field=name)
+
+
+def _is_blackwell(gpu: GpuSpec | None) -> bool:
+    return bool(gpu and gpu.compute_capability and gpu.compute_capability.split(".")[0] in ("10", "11", "12"))
+
+
+def is_datacenter_blackwell(gpu: GpuSpec | None) -> bool:
+    """SM 10.x (B200, GB200): vLLM's ``is_device_capability_family(100)`` (larger CUDA-graph ceiling, 0.28+)."""
+    return bool(gpu and gpu.compute_capability and gpu.compute_capability.split(".")[0] == "10")
+
+
+def _is_hopper(gpu: GpuSpec | None) -> bool:
+    return bool(gpu and gpu.compute_capability and gpu.compute_capability.startswith("9."))
+
+
+def default_block_size(model: ModelSpec, engine: EngineProfile, gpu: GpuSpec | None, device: str) -> int:
+    """16 on GPUs; 128 on the CPU backend (0.12+); MLA backends: FlashMLA 64 (Hopper), CUTLASS 128 (Blackwell)."""
+    if device == "cpu":
+        # The CPU backend's reference MLA kernel takes 16-token blocks (recorded with vLLM 0.32 on CPU).
+        return engine.cpu_mla_block_size if model.uses_mla else engine.cpu_block_size
+    if model.uses_mla and engine.overheads:
+        if _is_blackwell(gpu):
+            return 128
+        if engine.mla_forces_flashmla:
+            return 64
+        return 64 if _is_hopper(gpu) else 16
+    return 16
+
+
+def batch_defaults(
+    engine: EngineProfile, gpu: GpuSpec | None, device: str, world_size: int
+) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) for ``vllm serve`` (``EngineArgs.get_batch_defaults``).
+
+    H100/H200-class GPUs (≥ 70 GiB, not A100) get 1024 sequences / 8192 tokens; ≥ 160 GiB (B200, 0.28+) 1024 /
+    16384; everything else 256 / 2048. V0 used 256 sequences. CPU: 128 × world / 2048 × world.
+    """
+    if device == "cpu":
+        return 128 * world_size, 2048 * world_size
+    if not engine.usage_context_batch_defaults:
+        return 256, 2048
+    memory_gib = gpu.memory_bytes / GIB if gpu else 0
+    if engine.large_gpu_batch_tier and memory_gib >= 160:
+        return 1024, 16384
+    if memory_gib >= 70 and not (gpu and "a100" in gpu.name.lower()):
+        return 1024, 8192
+    return 256, 2048

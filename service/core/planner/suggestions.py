@@ -1,0 +1,59 @@
+"""Stage 8, suggestions: changes that would make a refused deployment start, each checked by planning again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from service.core.errors import InvalidSpec
+from service.core.planner.request import PlanRequest
+from service.core.planner.results import CapacityPlan, Suggestion
+from service.core.planner.settings import Settings
+from service.core.units import fmt_int
+
+
+def suggest(
+    request: PlanRequest,
+    settings: Settings,
+    max_model_len: int,
+    max_model_len_that_fits: int,
+    replan: Callable[[PlanRequest], CapacityPlan],
+) -> tuple[Suggestion, ...]:
+    """One change at a time, kept when ``replan`` of the changed request fits (the planner passes itself)."""
+    out: list[Suggestion] = []
+
+    def works(**changes: object) -> bool:
+        try:
+            candidate = replan(replace(request, suggest=False, **changes))  # type: ignore[arg-type]
+        except InvalidSpec:
+            return False
+        return candidate.fits
+
+    if 0 < max_model_len_that_fits < max_model_len and works(max_model_len=max_model_len_that_fits):
+        out.append(
+            Suggestion(
+                setting="max_model_len",
+                value=max_model_len_that_fits,
+                text=f"set --max-model-len ≤ {fmt_int(max_model_len_that_fits)}",
+            )
+        )
+    kv_dtype = settings.kv_dtype
+    if (
+        (kv_dtype.element_bytes is None or kv_dtype.element_bytes > 1)
+        and request.device != "cpu"
+        and works(kv_cache_dtype="fp8")
+    ):
+        out.append(Suggestion(setting="kv_cache_dtype", value="fp8", text="--kv-cache-dtype fp8"))
+    for factor in (2, 4, 8):
+        tp = request.tensor_parallel_size * factor
+        if tp <= 64 and request.model.num_attention_heads % tp == 0 and works(tensor_parallel_size=tp):
+            out.append(
+                Suggestion(setting="tensor_parallel_size", value=tp, text=f"tensor-parallel-size {tp}")
+            )
+            break
+    util = request.gpu_memory_utilization or settings.engine.default_gpu_memory_utilization
+    if request.kv_cache_memory_bytes is None and util < 0.95 and works(gpu_memory_utilization=0.95):
+        out.append(
+            Suggestion(setting="gpu_memory_utilization", value=0.95, text="--gpu-memory-utilization 0.95")
+        )
+    return tuple(out)

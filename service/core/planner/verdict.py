@@ -1,0 +1,208 @@
+"""Stage 7, the verdict: vLLM's start-up checks, in the wording of the release.
+
+The weights must load, some memory must be left for blocks, and one request of ``max_model_len`` tokens must fit
+(otherwise vLLM refuses and names the largest length that would). Together with the errors of earlier stages
+(heads that TP cannot split, a length over the model's, a failed auto-fit) they decide ``fits``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from service.core.engines import EngineProfile
+from service.core.overheads import estimate_cudagraph
+from service.core.planner.blocks import Blocks, Concurrency, LengthCheck
+from service.core.planner.memory import MemoryBudget
+from service.core.planner.results import Message, gib
+from service.core.planner.settings import Settings, is_datacenter_blackwell
+from service.core.units import GIB, fmt_int
+
+
+class Verdict(NamedTuple):
+    fits: bool
+    messages: tuple[Message, ...]  # this stage's checks only
+
+
+def judge(
+    settings: Settings,
+    memory: MemoryBudget,
+    blocks: Blocks,
+    check: LengthCheck,
+    capacity: Concurrency,
+    earlier: tuple[Message, ...],
+) -> Verdict:
+    """vLLM's start-up checks; ``fits`` when neither they nor an earlier stage raised an error."""
+    gpu, total, budget = settings.gpu, memory.total_bytes, memory.budget_bytes
+    heaviest, worst = blocks.heaviest, blocks.worst
+    kv_bytes = settings.kv_cache_memory_bytes
+    messages: list[Message] = []
+    if gpu is not None and kv_bytes is None:
+        if heaviest.weights_bytes >= total:
+            messages.append(
+                Message(
+                    level="error",
+                    code="weights_exceed_gpu",
+                    text=(
+                        f"Model weights need {gib(heaviest.weights_bytes)} GiB per GPU but the GPU has {gib(total)} GiB: loading fails "
+                        "with CUDA out of memory."
+                    ),
+                )
+            )
+        elif worst.available <= 0:
+            messages.append(
+                Message(
+                    level="error",
+                    code="no_memory_for_blocks",
+                    text=(
+                        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine. "
+                        f"(budget {gib(budget)} GiB − weights {gib(worst.weights_bytes)} GiB − runtime {gib(worst.overheads.total_bytes)} GiB = "
+                        f"{gib(worst.available)} GiB)"
+                    ),
+                )
+            )
+    elif gpu is not None and kv_bytes is not None and heaviest.weights_bytes + kv_bytes > total:
+        messages.append(
+            Message(
+                level="error",
+                code="kv_bytes_exceed_gpu",
+                text=(
+                    f"weights ({gib(heaviest.weights_bytes)} GiB) + kv_cache_memory_bytes ({gib(kv_bytes)} GiB) exceed "
+                    f"the GPU's {gib(total)} GiB"
+                ),
+            )
+        )
+    n_blocks = blocks.num_gpu_blocks
+    if n_blocks <= 0 and not any(m.code in ("weights_exceed_gpu", "no_memory_for_blocks") for m in messages):
+        messages.append(
+            Message(
+                level="error",
+                code="no_memory_for_blocks",
+                text="No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+            )
+        )
+    max_len = capacity.max_model_len
+    if n_blocks > 0 and max_len and not capacity.requested_fits and not settings.max_model_len_auto:
+        messages.append(
+            Message(
+                level="error",
+                code="max_model_len_too_large",
+                text=max_len_message(
+                    settings.engine,
+                    max_len,
+                    capacity.max_model_len_that_fits,
+                    check.needed_bytes(worst, max_len),
+                    check.available_bytes(worst),
+                    check.v0_capacity_tokens,
+                ),
+            )
+        )
+    fits = not any(m.level == "error" for m in (*earlier, *messages))
+    if fits:
+        messages.extend(_cudagraph_headroom(settings, memory, blocks))
+        messages.extend(_v0_watermark(settings, blocks, capacity))
+    return Verdict(fits=fits, messages=tuple(messages))
+
+
+V0_WATERMARK = 0.01  # BlockSpaceManager(watermark=0.01): blocks kept free so the cache does not thrash
+
+
+def _v0_watermark(settings: Settings, blocks: Blocks, capacity: Concurrency) -> list[Message]:
+    """V0 starts when one ``max_model_len`` request fits ``num_gpu_blocks × block_size``, but its block manager
+    never schedules a prompt that would leave fewer than ``int(0.01 × num_gpu_blocks)`` blocks free
+    (``vllm/core/block_manager_v2.py::can_allocate`` → ``AllocStatus.NEVER``; the scheduler then ignores the
+    request, ``vllm/core/scheduler.py``, 0.6.3). Sliding-window models cap a prompt's blocks at the window, so
+    only full-attention models are checked."""
+    n_blocks, max_len = blocks.num_gpu_blocks, capacity.max_model_len
+    if not settings.engine.v0 or n_blocks <= 0 or not max_len or settings.model.sliding_window is not None:
+        return []
+    block_size = blocks.layout.groups[0].spec.block_size
+    watermark = int(V0_WATERMARK * n_blocks)
+    if n_blocks - -(-max_len // block_size) >= watermark:
+        return []
+    longest = (n_blocks - watermark) * block_size
+    return [
+        Message(
+            level="warning",
+            code="v0_watermark_rejects_long_prompts",
+            text=(
+                f"vLLM starts, but never schedules a prompt longer than {fmt_int(longest)} tokens: the block manager "
+                f'keeps a 1 % watermark ({watermark} of {n_blocks} blocks) free and logs "Input prompt (N tokens) + '
+                'lookahead slots (0) is too long and exceeds the capacity of block_manager".'
+            ),
+        )
+    ]
+
+
+def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks) -> list[Message]:
+    """A start that passes every check but whose CUDA-graph capture may not fit.
+
+    V0 (``Worker._warm_up_model`` → ``ModelRunner.capture_model``, 0.5.5 – 0.10) and V1 before 0.20
+    (``GPUModelRunner.capture_model`` after ``initialize_kv_cache``) capture the graphs after the KV cache
+    took its share, so they live in the ``1 − gpu_memory_utilization`` left over. V0 captures decode batches
+    up to ``max_num_seqs`` (``_BATCH_SIZES_TO_CAPTURE``). When the estimate (``estimate_cudagraph``) exceeds
+    that headroom vLLM logs its KV cache size, then can fail with CUDA out of memory while capturing.
+    """
+    engine, gpu = settings.engine, settings.gpu
+    if (
+        gpu is None
+        or settings.device == "cpu"
+        or settings.enforce_eager
+        or settings.kv_cache_memory_bytes is not None
+        or not engine.overheads
+        or engine.subtracts_cudagraphs
+    ):
+        return []
+    stage = blocks.heaviest
+    largest_batch = (
+        min(settings.max_num_batched_tokens, settings.max_num_seqs)
+        if engine.v0
+        else settings.max_num_batched_tokens
+    )
+    estimate = estimate_cudagraph(
+        settings.model,
+        engine=engine,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        layers_on_rank=stage.layers[1] - stage.layers[0],
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=largest_batch,
+        dtype=settings.dtype,
+        blackwell=is_datacenter_blackwell(gpu),
+        coefficients=settings.coefficients,
+    )
+    headroom = memory.total_bytes - memory.budget_bytes
+    if estimate.bytes <= headroom:
+        return []
+    return [
+        Message(
+            level="warning",
+            code="cudagraph_capture_may_oom",
+            text=(
+                f"CUDA graphs are captured after the KV cache is allocated, in the memory gpu_memory_utilization "
+                f"leaves free: about {gib(estimate.bytes)} GiB ({estimate.formula}) against {gib(headroom)} GiB left. "
+                "vLLM may log its KV cache size and then fail with CUDA out of memory while capturing CUDA graphs; "
+                "lower gpu_memory_utilization or pass --enforce-eager."
+            ),
+        )
+    ]
+
+
+def max_len_message(
+    engine: EngineProfile, length: int, estimate: int, needed: int, available: int, v0_tokens: int
+) -> str:
+    """vLLM's refusal when one max_model_len request does not fit, in the wording of the release."""
+    if engine.v0:
+        return (
+            f"The model's max seq len ({length}) is larger than the maximum number of tokens that can be stored in KV cache "
+            f"({v0_tokens}). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        )
+    owner = "models's" if engine.message_style == "models's" else "model's"
+    est = (
+        f" Based on the available memory, the estimated maximum model length is {estimate}."
+        if estimate > 0
+        else ""
+    )
+    return (
+        f"To serve at least one request with the {owner} max seq len ({length}), ({needed / GIB:.2f} GiB KV cache is needed, "
+        f"which is larger than the available KV cache memory ({available / GIB:.2f} GiB).{est} Try increasing "
+        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+    )

@@ -1,0 +1,120 @@
+"""Configs read the way transformers reads them, defaults included, from config.json files as published."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from service.core.errors import ConfigError
+from service.core.hf_config import parse_hf_config
+from service.core.specs import LayerType
+
+# meta-llama/Llama-4-Scout-17B-16E (model card config.json, text_config): ``no_rope_layers`` is published
+# as an empty list, which Llama4TextConfig turns into its default pattern.
+LLAMA_4_SCOUT: dict[str, Any] = {
+    "architectures": ["Llama4ForConditionalGeneration"],
+    "model_type": "llama4",
+    "text_config": {
+        "model_type": "llama4_text",
+        "attention_bias": False,
+        "attention_chunk_size": 8192,
+        "head_dim": 128,
+        "hidden_size": 5120,
+        "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384,
+        "max_position_embeddings": 262144,
+        "no_rope_layers": [],
+        "num_attention_heads": 40,
+        "num_experts_per_tok": 1,
+        "num_hidden_layers": 48,
+        "num_key_value_heads": 8,
+        "num_local_experts": 16,
+        "interleave_moe_layer_step": 1,
+        "rope_theta": 500000.0,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 202048,
+        "tie_word_embeddings": False,
+    },
+}
+
+# google/gemma-3n-E2B-it (model card config.json, text_config): one intermediate_size per layer, four sliding
+# layers to each full one, the last 10 layers share the KV of earlier ones.
+GEMMA_3N_E2B: dict[str, Any] = {
+    "architectures": ["Gemma3nForConditionalGeneration"],
+    "model_type": "gemma3n",
+    "text_config": {
+        "model_type": "gemma3n_text",
+        "hidden_size": 2048,
+        "intermediate_size": [8192] * 30,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "num_kv_shared_layers": 10,
+        "sliding_window": 512,
+        "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 6,
+        "max_position_embeddings": 32768,
+        "vocab_size": 262400,
+        "torch_dtype": "bfloat16",
+    },
+}
+
+# Qwen/Qwen2.5-7B-Instruct (model card config.json): a sliding_window is published but switched off.
+QWEN_25_7B: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 28,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "sliding_window": 131072,
+    "use_sliding_window": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 152064,
+    "tie_word_embeddings": False,
+}
+
+
+def test_an_empty_no_rope_layers_list_means_every_fourth_layer_is_nope() -> None:
+    spec = parse_hf_config(LLAMA_4_SCOUT, num_parameters=108_000_000_000)
+    kinds = spec.resolved_layer_types
+    # [int((i + 1) % 4 != 0) for i in range(48)]: layers 3, 7, …, 47 attend over the whole context.
+    assert [i for i, k in enumerate(kinds) if k is LayerType.FULL] == list(range(3, 48, 4))
+    assert sum(k is LayerType.CHUNKED for k in kinds) == 36
+
+
+def test_an_explicit_no_rope_layers_list_is_taken_as_published() -> None:
+    config = {**LLAMA_4_SCOUT, "text_config": {**LLAMA_4_SCOUT["text_config"], "no_rope_layers": [1, 0] * 24}}
+    kinds = parse_hf_config(config, num_parameters=108_000_000_000).resolved_layer_types
+    assert [i for i, k in enumerate(kinds) if k is LayerType.FULL] == list(range(1, 48, 2))
+
+
+def test_a_per_layer_intermediate_size_list_is_read_as_the_layer_width() -> None:
+    spec = parse_hf_config(GEMMA_3N_E2B, num_parameters=5_439_438_272)
+    assert spec.intermediate_size == 8192
+    assert spec.sliding_window == 512
+    assert spec.resolved_layer_types[:5] == (LayerType.SLIDING,) * 4 + (LayerType.FULL,)
+
+
+def test_a_mixed_intermediate_size_list_gives_the_widest_layer() -> None:
+    widths = [8192] * 20 + [16384] * 10
+    config = {**GEMMA_3N_E2B, "text_config": {**GEMMA_3N_E2B["text_config"], "intermediate_size": widths}}
+    assert parse_hf_config(config, num_parameters=5_439_438_272).intermediate_size == 16384
+
+
+@pytest.mark.parametrize("bad", [[], [8192, "wide"], [8192, 0]])
+def test_a_malformed_intermediate_size_list_is_refused_naming_the_field(bad: list[Any]) -> None:
+    config = {**GEMMA_3N_E2B, "text_config": {**GEMMA_3N_E2B["text_config"], "intermediate_size": bad}}
+    with pytest.raises(ConfigError) as info:
+        parse_hf_config(config, num_parameters=5_439_438_272)
+    assert info.value.field == "intermediate_size"
+
+
+def test_use_sliding_window_false_means_full_attention_in_every_layer() -> None:
+    spec = parse_hf_config(QWEN_25_7B, num_parameters=7_615_616_512)
+    assert spec.resolved_layer_types == (LayerType.FULL,) * 28
+    assert spec.sliding_window is None
