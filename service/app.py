@@ -40,9 +40,9 @@ from service.planning.calibration import CalibrationHolder
 from service.planning.router import PlanCache
 from service.planning.router import router as planning_router
 from service.settings import Settings, get_settings
-from service.version import kvcap_version
 from service.ui.router import STATIC as UI_STATIC
 from service.ui.router import router as ui_router
+from service.version import kvcap_version
 
 logger = logging.getLogger("kvcap.app")
 
