@@ -27,7 +27,9 @@ router = APIRouter(prefix="/v1", tags=["admission"])
 class CheckRequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    manifest: Annotated[str, Field(min_length=1, description="multi-document YAML or JSON, as kvcap check reads")]
+    manifest: Annotated[
+        str, Field(min_length=1, description="multi-document YAML or JSON, as kvcap check reads")
+    ]
     source: Annotated[str, Field(max_length=200)] = "manifest"
 
 
@@ -37,7 +39,9 @@ class CheckReport(BaseModel):
     exit_code: int = Field(description="what `kvcap check` would exit with: 0 pass, 1 denied, 2 unreadable")
 
 
-def check_manifest(text: str, source: str, snapshot: CatalogSnapshot, config: PolicyConfig) -> list[CheckResult]:
+def check_manifest(
+    text: str, source: str, snapshot: CatalogSnapshot, config: PolicyConfig
+) -> list[CheckResult]:
     results: list[CheckResult] = []
     for item in parse_text(text, source):
         if isinstance(item, ManifestDocument):

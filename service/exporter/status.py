@@ -95,6 +95,9 @@ async def list_live_deployments(request: Request) -> LiveDeployments:
     observations = live.observations if live is not None else {}
     keys = sorted(set(capacities) | set(observations))
     return LiveDeployments(
-        items=[live_deployment(ns, name, capacities.get((ns, name)), observations.get((ns, name))) for ns, name in keys],
+        items=[
+            live_deployment(ns, name, capacities.get((ns, name)), observations.get((ns, name)))
+            for ns, name in keys
+        ],
         last_refresh_timestamp_seconds=getattr(live, "last_refresh_timestamp_s", None),
     )
