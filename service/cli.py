@@ -6,37 +6,22 @@ or an environment problem (unreadable file, database unreachable).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
-from pydantic import ValidationError
-from rich.console import Console
-from rich.console import Console as RichConsole
 
 from service.admission.cli import check as check_command
-from service.catalog.builtin import builtin_snapshot
-from service.core.errors import CoreError
-from service.errors import ServiceError
-from service.planning.recommendations import make_recommendation, make_sweep
-from service.planning.schemas import (
-    InlineGpu,
-    InlineModel,
-    PlanRequestBody,
-    PlanResponse,
-    RecommendationOut,
-    RecommendRequestBody,
-    SweepOut,
-    SweepRequestBody,
-)
-from service.planning.service import make_plan
-from service.render import render_options, render_plan, render_recommendation
-from service.settings import get_settings
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from rich.console import Console
+
+# Each command imports what it needs when it runs (pipelines call `kvcap check` once per manifest, so start-up is
+# the cost): an offline plan never loads the web, HTTP or database stack. tests/test_cli_imports.py holds this.
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="kvcap: KV-cache capacity planning for vLLM"
@@ -44,12 +29,21 @@ app = typer.Typer(
 catalog_app = typer.Typer(no_args_is_help=True, help="Built-in model and GPU catalog")
 app.add_typer(catalog_app, name="catalog")
 
-err = Console(stderr=True)
-out = RichConsole(width=shutil.get_terminal_size((150, 24)).columns)
+
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console(width=shutil.get_terminal_size((150, 24)).columns)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    _err().print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(code)
 
 
@@ -72,13 +66,14 @@ def migrate(
 ) -> None:
     """Apply database migrations (Alembic upgrade head)."""
     from service.db.migrate import upgrade
+    from service.settings import get_settings
 
     url = database_url or get_settings().database_url
     try:
         upgrade(url)
     except Exception as exc:
         raise _fail(f"migration failed: {type(exc).__name__}: {exc}") from None
-    err.print("database is at the newest schema revision")
+    _err().print("database is at the newest schema revision")
 
 
 @catalog_app.command("load")
@@ -86,9 +81,11 @@ def catalog_load(
     database_url: Annotated[str | None, typer.Option(help="defaults to KVCAP_DATABASE_URL")] = None,
 ) -> None:
     """Insert or refresh the built-in GPUs and models (idempotent; entries edited through the API are kept)."""
+    import asyncio
+
     from service.catalog.builtin import load_builtin
     from service.db.session import create_engine, create_sessionmaker
-    from service.settings import normalize_database_url
+    from service.settings import get_settings, normalize_database_url
 
     async def _run() -> str:
         engine = create_engine(normalize_database_url(database_url or get_settings().database_url))
@@ -109,7 +106,7 @@ def catalog_load(
         raise _fail(
             f"catalog load failed: {type(exc).__name__}: {exc} (did you run `kvcap migrate`?)"
         ) from None
-    err.print(message)
+    _err().print(message)
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -122,6 +119,8 @@ def _validation_message(exc: ValidationError) -> str:
 
 def _post(server: str, path: str, body: dict[str, object]) -> dict[str, object]:
     """Ask a kvcap server; its 4xx become exit 2 with the server's message."""
+    import httpx
+
     try:
         response = httpx.post(server.rstrip("/") + path, json=body, timeout=30)
     except httpx.HTTPError as exc:
@@ -175,6 +174,15 @@ def plan(
     ] = None,
 ) -> None:
     """Predict vLLM's KV cache for a model on a GPU. Exit 1 when vLLM would not start, 2 for bad input."""
+    from pydantic import ValidationError
+
+    from service.catalog.builtin import builtin_snapshot
+    from service.core.errors import CoreError
+    from service.errors import ServiceError
+    from service.planning.schemas import InlineGpu, InlineModel, PlanRequestBody, PlanResponse
+    from service.planning.service import make_plan
+    from service.render import render_plan
+
     if (model is None) == (hf_config is None):
         raise _fail("give exactly one of --model or --hf-config")
     model_ref: str | InlineModel
@@ -232,7 +240,7 @@ def plan(
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        render_plan(out, result)
+        render_plan(_out(), result)
     raise typer.Exit(0 if result.fits else 1)
 
 
@@ -302,6 +310,14 @@ def recommend(
     server: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Tensor-parallel size, max_num_seqs, replicas and cost for a workload. Exit 1 when nothing fits."""
+    from pydantic import ValidationError
+
+    from service.catalog.builtin import builtin_snapshot
+    from service.errors import ServiceError
+    from service.planning.recommendations import make_recommendation
+    from service.planning.schemas import RecommendationOut, RecommendRequestBody
+    from service.render import render_recommendation
+
     fields = {
         "model": model,
         "gpu": gpu,
@@ -339,7 +355,7 @@ def recommend(
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        render_recommendation(out, result)
+        render_recommendation(_out(), result)
     raise typer.Exit(0 if result.recommended else 1)
 
 
@@ -364,6 +380,14 @@ def sweep(
     server: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Rank every GPU × TP × KV dtype × quantization option by cost. Exit 1 when none serves the workload."""
+    from pydantic import ValidationError
+
+    from service.catalog.builtin import builtin_snapshot
+    from service.errors import ServiceError
+    from service.planning.recommendations import make_sweep
+    from service.planning.schemas import SweepOut, SweepRequestBody
+    from service.render import render_options
+
     fields = {
         "model": model,
         "engine": engine,
@@ -400,7 +424,7 @@ def sweep(
         print(result.model_dump_json(indent=2))
     else:
         render_options(
-            out,
+            _out(),
             result.options,
             title=f"{result.model.name}: {result.feasible} of {result.evaluated} options serve the workload",
         )

@@ -13,13 +13,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from typing import TYPE_CHECKING
 
 from service.catalog.convert import gpu_spec, model_spec
-from service.catalog.repository import GpuRepository, ModelRepository
 from service.catalog.schemas import GpuCreate, GpuRead, ModelCreate, ModelRead
 from service.core.specs import GpuSpec, ModelSpec
+
+if TYPE_CHECKING:  # the database side is imported where it is used: offline plans never load SQLAlchemy
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 logger = logging.getLogger("kvcap.catalog")
 
@@ -125,6 +126,8 @@ class CatalogHolder:
 
 
 async def read_snapshot(session: AsyncSession) -> CatalogSnapshot:
+    from service.catalog.repository import GpuRepository, ModelRepository
+
     models = [ModelRead.model_validate(row) for row in await ModelRepository(session).all()]
     gpus = [GpuRead.model_validate(row) for row in await GpuRepository(session).all()]
     return CatalogSnapshot.build(models, gpus, source="database")

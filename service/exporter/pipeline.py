@@ -35,7 +35,8 @@ from service.exporter.collector import PredictedCapacity
 from service.live.coordination import Coordinator
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget
 from service.live.schemas import parse_live_source
-from service.planning.calibration import CalibrationHolder, record_observation
+from service.planning.calibration import CalibrationHolder
+from service.planning.calibration_store import record_observation
 from service.planning.schemas import PlanResponse
 
 logger = logging.getLogger("kvcap.live")
