@@ -6,13 +6,12 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.admission.router import router as admission_router
 from service.api.errors import install_error_handlers
@@ -25,9 +24,8 @@ from service.db.session import create_engine, create_sessionmaker
 from service.deployments.router import router as deployments_router
 from service.deployments.service import DeploymentsHolder
 from service.exporter.collector import admission_metrics
-from service.exporter.pipeline import Predictions, run_live_loop
+from service.exporter.pipeline import LiveWorker, Predictions
 from service.exporter.router import router as metrics_router
-from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import LiveManager
 from service.logs import configure_logging
 from service.planning.calibration import CalibrationHolder
@@ -91,28 +89,34 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 type(exc).__name__,
             )
 
-    async def refresh() -> None:
-        await app.state.catalog.reload(app.state.sessionmaker)
-        await app.state.deployments.reload(app.state.sessionmaker)
-        await app.state.calibrations.reload(app.state.sessionmaker)
+    async def refresh(sessionmaker: async_sessionmaker[AsyncSession] = app.state.sessionmaker) -> None:
+        await app.state.catalog.reload(sessionmaker)
+        await app.state.deployments.reload(sessionmaker)
+        await app.state.calibrations.reload(sessionmaker)
 
     app.state.predictions = Predictions()
     app.state.live = live = LiveManager.from_settings(settings)
-    coordinator: Coordinator
-    if settings.database_url.startswith("postgresql"):
-        coordinator = PostgresCoordinator(
-            engine, f"{socket.gethostname()}-{os.getpid()}", settings.scrape_interval_seconds
-        )
-    else:
-        coordinator = SingleCoordinator()
+    # Scraping, parsing and re-planning run on a thread with its own event loop, never on the serving loop.
+    worker = LiveWorker(
+        settings,
+        deployments=app.state.deployments,
+        catalog=app.state.catalog,
+        calibrations=app.state.calibrations,
+        predictions=app.state.predictions,
+        live=live,
+        refresh=refresh,
+    )
+    app.state.live_worker = worker
     # Start-up objects (catalog, app, routes) live as long as the process: move them out of the collector's
     # generations so a full collection does not pause admission reviews for ~100 ms.
     gc.collect()
     gc.freeze()
-    tasks = [asyncio.create_task(_every(settings.catalog_refresh_seconds, refresh, "catalog refresh"))]
+    tasks = []
     if settings.scrape_enabled:
+        worker.start()  # runs the periodic refresh as well
+    else:
         tasks.append(
-            asyncio.create_task(run_live_loop(app, live, coordinator, settings.scrape_interval_seconds))
+            asyncio.create_task(_every(settings.catalog_refresh_seconds, refresh, "catalog refresh"))
         )
     try:
         yield
@@ -122,8 +126,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await coordinator.close()
-        await live.aclose()
+        if settings.scrape_enabled:
+            await worker.stop()  # closes the worker's coordinator, HTTP client and engine on its own loop
+        else:
+            await live.aclose()
         await engine.dispose()
 
 

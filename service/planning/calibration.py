@@ -53,7 +53,7 @@ class CalibrationHolder:
 
     def __init__(self, calibrations: dict[str, Calibration] | None = None) -> None:
         self.by_key: dict[str, Calibration] = calibrations or {}
-        self.generation = 0  # bumped on every reload; caches of plans key on it
+        self.generation = 0  # bumped when a reload changes something; caches of plans key on it
 
     async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         from sqlalchemy import select
@@ -62,7 +62,7 @@ class CalibrationHolder:
 
         async with sessionmaker() as session:
             rows = (await session.execute(select(CalibrationEntry))).scalars().all()
-        self.by_key = {
+        by_key = {
             row.key: Calibration(
                 observed_num_gpu_blocks=int(statistics.median(o["num_gpu_blocks"] for o in row.observations)),
                 samples=row.samples,
@@ -71,6 +71,9 @@ class CalibrationHolder:
             for row in rows
             if row.observations
         }
+        if by_key == self.by_key:  # nothing new: plans cached under this generation stay valid
+            return
+        self.by_key = by_key  # before the bump: a reader never sees the new generation with the old data
         self.generation += 1
 
 
