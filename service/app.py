@@ -24,6 +24,7 @@ from service.db.session import create_engine, create_sessionmaker
 from service.deployments.router import router as deployments_router
 from service.deployments.service import DeploymentsHolder
 from service.exporter.collector import admission_metrics
+from service.exporter.exposition import ExpositionCache
 from service.exporter.pipeline import LiveWorker, Predictions
 from service.exporter.router import router as metrics_router
 from service.live.manager import LiveManager
@@ -96,6 +97,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
     app.state.predictions = Predictions()
     app.state.live = live = LiveManager.from_settings(settings)
+    app.state.exposition = ExpositionCache()
     # Scraping, parsing and re-planning run on a thread with its own event loop, never on the serving loop.
     worker = LiveWorker(
         settings,
@@ -105,6 +107,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         predictions=app.state.predictions,
         live=live,
         refresh=refresh,
+        exposition=app.state.exposition,
     )
     app.state.live_worker = worker
     # Start-up objects (catalog, app, routes) live as long as the process: move them out of the collector's

@@ -44,6 +44,7 @@ from service.deployments.schemas import DeploymentPlan, DeploymentRead
 from service.deployments.service import DeploymentsHolder, deployment_plan
 from service.errors import ServiceError
 from service.exporter.collector import PredictedCapacity
+from service.exporter.exposition import ExpositionCache
 from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget
 from service.live.schemas import parse_live_source
@@ -243,9 +244,11 @@ class LiveWorker:
         predictions: Predictions,
         live: LiveManager,
         refresh: Refresh | None = None,
+        exposition: ExpositionCache | None = None,
     ) -> None:
         self._settings = settings
         self._refresh = refresh
+        self._exposition = exposition
         self._deployments = deployments
         self._catalog = catalog
         self._calibrations = calibrations
@@ -342,5 +345,10 @@ class LiveWorker:
                 raise
             except Exception as exc:
                 logger.warning("live refresh failed: %s: %s", type(exc).__name__, exc)
+            if self._exposition is not None:  # render /metrics for this snapshot now, not in the next scrape
+                try:
+                    self._exposition.prepare(self._predictions.capacities, self._live.observations)
+                except Exception as exc:
+                    logger.warning("rendering /metrics failed: %s: %s", type(exc).__name__, exc)
             self.ticks += 1
             await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
