@@ -57,7 +57,9 @@ def _body(i: int) -> dict[str, Any]:
 
 
 async def _measure(database_url: str, count: int) -> RegistryResult:
-    settings = Settings(database_url=database_url, scrape_enabled=False, catalog_refresh_seconds=3600)
+    settings = Settings(
+        database_url=database_url, scrape_enabled=False, catalog_refresh_seconds=3600, log_level="WARNING"
+    )
     app = create_app(settings)
     async with (
         app.router.lifespan_context(app),
