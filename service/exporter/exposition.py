@@ -40,7 +40,10 @@ def family_blocks(text: bytes) -> list[tuple[str, bytes]]:
 class _Rendered:
     predictions: Mapping[DeploymentKey, PredictedCapacity]
     observations: Mapping[DeploymentKey, DeploymentObservation]
+    order: tuple[str, ...]
+    """Every family of the snapshot's render, in order (a family yielded only when there is data is in it)."""
     blocks: Mapping[str, bytes]
+    """The fleet families' blocks."""
 
 
 class ExpositionCache:
@@ -56,15 +59,23 @@ class ExpositionCache:
         self,
         predictions: Mapping[DeploymentKey, PredictedCapacity],
         observations: Mapping[DeploymentKey, DeploymentObservation],
-    ) -> Mapping[str, bytes]:
-        """The fleet blocks of this snapshot, rendering them only if this snapshot was not rendered before."""
+    ) -> None:
+        """Render the fleet families of this snapshot, unless it was rendered before (the live worker calls this
+        after each refresh, so no scrape pays for it)."""
+        self._rendered_for(predictions, observations)
+
+    def _rendered_for(
+        self,
+        predictions: Mapping[DeploymentKey, PredictedCapacity],
+        observations: Mapping[DeploymentKey, DeploymentObservation],
+    ) -> _Rendered:
         current = self._rendered
         if (
             current is not None
             and current.predictions is predictions
             and current.observations is observations
         ):
-            return current.blocks
+            return current
         with self._lock:
             current = self._rendered
             if (
@@ -72,12 +83,19 @@ class ExpositionCache:
                 and current.predictions is predictions
                 and current.observations is observations
             ):
-                return current.blocks
-            text = render_metrics(predictions, observations, SelfMetrics(), AdmissionMetrics())
-            blocks = {name: block for name, block in family_blocks(text) if name in FLEET_FAMILIES}
-            self._rendered = _Rendered(predictions, observations, blocks)
+                return current
+            blocks = family_blocks(
+                render_metrics(predictions, observations, SelfMetrics(), AdmissionMetrics())
+            )
+            current = _Rendered(
+                predictions,
+                observations,
+                order=tuple(name for name, _ in blocks),
+                blocks={name: block for name, block in blocks if name in FLEET_FAMILIES},
+            )
+            self._rendered = current
             self.renders += 1
-            return blocks
+            return current
 
     def render(
         self,
@@ -87,8 +105,18 @@ class ExpositionCache:
         admission: AdmissionMetrics | None,
     ) -> bytes:
         """What ``render_metrics`` returns for these arguments, rendering the fleet part once per snapshot."""
-        fleet = self.prepare(predictions, observations)
-        fresh = render_metrics(
-            {}, {}, self_metrics or SelfMetrics(deployments_tracked=len(observations)), admission
+        rendered = self._rendered_for(predictions, observations)
+        fresh = dict(
+            family_blocks(
+                render_metrics(
+                    {}, {}, self_metrics or SelfMetrics(deployments_tracked=len(observations)), admission
+                )
+            )
         )
-        return b"".join(fleet.get(name, block) for name, block in family_blocks(fresh))
+        parts = [
+            rendered.blocks[name] if name in rendered.blocks else fresh.pop(name, b"")
+            for name in rendered.order
+        ]
+        # Families only a per-scrape render has (process-wide ones yielded only sometimes) go last.
+        parts += [block for name, block in fresh.items() if name not in rendered.blocks]
+        return b"".join(parts)

@@ -35,7 +35,9 @@ def test_the_spliced_exposition_is_exactly_the_single_render(busy_text: str) -> 
     predictions, observations = snapshots(busy_text)
     admission = AdmissionMetrics()
     admission.observe(verdict="denied", kind="Deployment", duration_seconds=0.004)
-    health = SelfMetrics(last_refresh_timestamp_seconds=1.7e9, refresh_duration_seconds=0.8, deployments_tracked=3)
+    health = SelfMetrics(
+        last_refresh_timestamp_seconds=1.7e9, refresh_duration_seconds=0.8, deployments_tracked=3
+    )
     expected = render_metrics(predictions, observations, health, admission)
     assert ExpositionCache().render(predictions, observations, health, admission) == expected
     assert ExpositionCache().render(predictions, observations, None, admission) == render_metrics(
@@ -68,5 +70,7 @@ def test_every_per_deployment_family_is_cached_and_no_process_wide_one(busy_text
     predictions, observations = snapshots(busy_text)
     names = [name for name, _ in family_blocks(render_metrics(predictions, observations))]
     assert "kvcap_predicted_kv_cache_blocks" in FLEET_FAMILIES and "kvcap_target_up" in FLEET_FAMILIES
-    assert not {n for n in names if n.startswith("kvcap_admission_") or n.endswith("_tracked")} & FLEET_FAMILIES
+    assert (
+        not {n for n in names if n.startswith("kvcap_admission_") or n.endswith("_tracked")} & FLEET_FAMILIES
+    )
     assert len(names) == len(set(names))
