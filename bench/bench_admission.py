@@ -217,8 +217,9 @@ def _fleet_row(
         result = pool.submit(load, f"{url}/admission/validate", "recorded", rate, seconds).result()
         up = sum(o.replicas for o in live.observations.values())
         result["fleet_note"] = (
-            f"{live.deployments_tracked} deployments, {up} up; last refresh {live.last_refresh_duration_s:.2f} s; "
-            f"{'refreshed' if live.last_refresh_timestamp_s != before else 'NOT refreshed'} during the load"
+            f"{live.deployments_tracked} deployments, {up} up; a refresh takes {live.last_refresh_duration_s:.2f} s "
+            f"and they run back to back (interval {FLEET_SCRAPE_INTERVAL_S:g} s); "
+            f"{'one completed' if live.last_refresh_timestamp_s != before else 'one was in progress'} during the load"
         )
     return result
 
