@@ -6,7 +6,9 @@ Absolute times depend on the machine, so each is printed next to a baseline meas
   exposition, a different path per target, through the real ``LiveManager``, guard and parser) against the
   ideal ``single scrape × 1000 / concurrency`` — above 1 means the refresh is CPU-bound (parsing and HTTP
   run on one event loop) rather than limited by the concurrency bound;
-- ``render_metrics`` for 1,000 deployments (3 pods each, with predictions) against ``1,000 × render of one``.
+- ``render_metrics`` for 1,000 deployments (3 pods each, with predictions) against ``1,000 × render of one``;
+- a scrape of ``/metrics`` for the same 1,000 deployments as the server answers it (``ExpositionCache``: the
+  per-deployment part rendered once per refresh, the process-wide part per scrape) against the full render.
 
 Run: ``python -m bench.bench_live``.
 """
@@ -22,6 +24,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from service.exporter.collector import AdmissionMetrics, PredictedCapacity, SelfMetrics, render_metrics
+from service.exporter.exposition import ExpositionCache
 from service.live.guard import TargetGuard
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget, aggregate
 from service.live.parser import parse_vllm_metrics
@@ -29,7 +32,7 @@ from service.live.schemas import parse_live_source
 from service.live.scraper import TargetResult, make_client, scrape
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = ROOT.parent / "shared" / "fixtures" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt"
+FIXTURE = ROOT / "tests" / "data" / "vllm-metrics" / "vllm-0.32.0-cpu-busy.txt"
 TARGETS = 1000
 DEPLOYMENTS = 1000
 CONCURRENCY = 32  # KVCAP_SCRAPE_CONCURRENCY's default
@@ -194,15 +197,42 @@ def _render_time(observations: dict[DeploymentKey, DeploymentObservation], repea
     return _best_of(times), size
 
 
+def _scrape_time(
+    observations: dict[DeploymentKey, DeploymentObservation], repeats: int
+) -> tuple[float, float]:
+    """(median per scrape with the snapshot already rendered, time of the once-per-refresh render)."""
+    predictions = _predictions(list(observations))
+    self_metrics = SelfMetrics(deployments_tracked=len(observations))
+    admission = AdmissionMetrics()
+    cache = ExpositionCache()
+    started = time.perf_counter()
+    cache.prepare(predictions, observations)  # the live worker, right after a refresh
+    prepare = time.perf_counter() - started
+    times = []
+    for i in range(repeats):
+        admission.observe(verdict="allowed", kind="Deployment", duration_seconds=0.001 * i)
+        started = time.perf_counter()
+        cache.render(predictions, observations, self_metrics, admission)
+        times.append(time.perf_counter() - started)
+    return _best_of(times), prepare
+
+
 def _render_benchmark(body: str) -> list[tuple[str, float, str]]:
     one, _ = _render_time(_observations(1, body), 200)
-    many, size = _render_time(_observations(DEPLOYMENTS, body), 5)
+    fleet = _observations(DEPLOYMENTS, body)
+    many, size = _render_time(fleet, 5)
+    scrape, prepare = _scrape_time(fleet, 50)
     return [
         ("render /metrics, 1 deployment (baseline)", one, "3 pods, with prediction"),
         (
             f"render /metrics, {DEPLOYMENTS} deployments",
             many,
             f"{many / (one * DEPLOYMENTS):.2f}x baseline×{DEPLOYMENTS}; {size // 1024} KiB",
+        ),
+        (
+            f"GET /metrics, {DEPLOYMENTS} deployments (rendered once per refresh)",
+            scrape,
+            f"{scrape / many:.3f}x the full render above; the once-per-refresh render took {prepare:.3f}s",
         ),
     ]
 

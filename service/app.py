@@ -6,14 +6,13 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.admission.manifests import router as checks_router
 from service.admission.router import router as admission_router
@@ -28,12 +27,12 @@ from service.db.session import create_engine, create_sessionmaker
 from service.deployments.router import router as deployments_router
 from service.deployments.service import DeploymentsHolder
 from service.exporter.collector import admission_metrics
+from service.exporter.exposition import ExpositionCache
 from service.exporter.http import RequestMetrics
-from service.exporter.pipeline import Predictions, run_live_loop
+from service.exporter.pipeline import LiveWorker, Predictions
 from service.exporter.router import router as metrics_router
 from service.exporter.service_metrics import ServiceMetrics
 from service.exporter.status import router as live_status_router
-from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import LiveManager
 from service.logs import configure_logging
 from service.planning.calibration import CalibrationHolder
@@ -103,32 +102,40 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 type(exc).__name__,
             )
 
-    async def refresh() -> None:
-        await app.state.catalog.reload(app.state.sessionmaker)
+    async def refresh(sessionmaker: async_sessionmaker[AsyncSession] = app.state.sessionmaker) -> None:
+        await app.state.catalog.reload(sessionmaker)
         app.state.service_metrics.catalog_refreshed()
-        await app.state.deployments.reload(app.state.sessionmaker)
-        await app.state.calibrations.reload(app.state.sessionmaker)
+        await app.state.deployments.reload(sessionmaker)
+        await app.state.calibrations.reload(sessionmaker)
 
     app.state.predictions = Predictions()
     app.state.live = live = LiveManager.from_settings(settings)
-    coordinator: Coordinator
-    if settings.database_url.startswith("postgresql"):
-        coordinator = PostgresCoordinator(
-            engine, f"{socket.gethostname()}-{os.getpid()}", settings.scrape_interval_seconds
-        )
-    else:
-        coordinator = SingleCoordinator()
+    app.state.exposition = ExpositionCache()
+    # Scraping, parsing and re-planning run on a thread with its own event loop, never on the serving loop.
+    worker = LiveWorker(
+        settings,
+        deployments=app.state.deployments,
+        catalog=app.state.catalog,
+        calibrations=app.state.calibrations,
+        predictions=app.state.predictions,
+        live=live,
+        refresh=refresh,
+        exposition=app.state.exposition,
+    )
+    app.state.live_worker = worker
     # Start-up objects (catalog, app, routes) live as long as the process: move them out of the collector's
     # generations so a full collection does not pause admission reviews for ~100 ms.
     gc.collect()
     gc.freeze()
-    tasks = [asyncio.create_task(_every(settings.catalog_refresh_seconds, refresh, "catalog refresh"))]
+    tasks: list[asyncio.Task[None]] = []
     reloader = getattr(app.state, "tls_reloader", None)  # set by `kvcap serve` when it serves HTTPS
     if reloader is not None:
         tasks.append(asyncio.create_task(reloader.watch(settings.tls_reload_interval_seconds)))
     if settings.scrape_enabled:
+        worker.start()  # runs the periodic refresh as well
+    else:
         tasks.append(
-            asyncio.create_task(run_live_loop(app, live, coordinator, settings.scrape_interval_seconds))
+            asyncio.create_task(_every(settings.catalog_refresh_seconds, refresh, "catalog refresh"))
         )
     try:
         yield
@@ -138,8 +145,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await coordinator.close()
-        await live.aclose()
+        if settings.scrape_enabled:
+            await worker.stop()  # closes the worker's coordinator, HTTP client and engine on its own loop
+        else:
+            await live.aclose()
         await engine.dispose()
 
 

@@ -6,38 +6,25 @@ or an environment problem (unreadable file, database unreachable).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import ssl
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
-from pydantic import ValidationError
-from rich.console import Console
-from rich.console import Console as RichConsole
 
 from service.admission.cli import check as check_command
-from service.catalog.builtin import builtin_snapshot
-from service.core.errors import CoreError
-from service.errors import ServiceError
-from service.planning.recommendations import make_recommendation, make_sweep
-from service.planning.schemas import (
-    InlineGpu,
-    InlineModel,
-    PlanRequestBody,
-    PlanResponse,
-    RecommendationOut,
-    RecommendRequestBody,
-    SweepOut,
-    SweepRequestBody,
-)
-from service.planning.service import make_plan
-from service.render import render_capacity_curve, render_options, render_plan, render_recommendation
-from service.settings import get_settings
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from rich.console import Console
+
+    from service.planning.schemas import PlanRequestBody, PlanResponse
+
+# Each command imports what it needs when it runs (pipelines call `kvcap check` once per manifest, so start-up is
+# the cost): an offline plan never loads the web, HTTP or database stack. tests/test_cli_imports.py holds this.
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -47,8 +34,17 @@ app = typer.Typer(
 catalog_app = typer.Typer(no_args_is_help=True, help="Built-in model and GPU catalog")
 app.add_typer(catalog_app, name="catalog")
 
-err = Console(stderr=True)
-out = RichConsole(width=shutil.get_terminal_size((150, 24)).columns)
+
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console(width=shutil.get_terminal_size((150, 24)).columns)
 
 
 def _print_version(value: bool) -> None:
@@ -71,7 +67,7 @@ def _options(
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    _err().print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(code)
 
 
@@ -95,6 +91,7 @@ def serve(
     import uvicorn
 
     from service.app import create_app
+    from service.settings import get_settings
     from service.tls import CertificateReloader
 
     settings = get_settings()
@@ -132,13 +129,14 @@ def migrate(
 ) -> None:
     """Apply database migrations (Alembic upgrade head)."""
     from service.db.migrate import upgrade
+    from service.settings import get_settings
 
     url = database_url or get_settings().database_url
     try:
         upgrade(url)
     except Exception as exc:
         raise _fail(f"migration failed: {type(exc).__name__}: {exc}") from None
-    err.print("database is at the newest schema revision")
+    _err().print("database is at the newest schema revision")
 
 
 @catalog_app.command("load")
@@ -146,9 +144,11 @@ def catalog_load(
     database_url: Annotated[str | None, typer.Option(help="defaults to KVCAP_DATABASE_URL")] = None,
 ) -> None:
     """Insert or refresh the built-in GPUs and models (idempotent; entries edited through the API are kept)."""
+    import asyncio
+
     from service.catalog.builtin import load_builtin
     from service.db.session import create_engine, create_sessionmaker
-    from service.settings import normalize_database_url
+    from service.settings import get_settings, normalize_database_url
 
     async def _run() -> str:
         engine = create_engine(normalize_database_url(database_url or get_settings().database_url))
@@ -169,7 +169,7 @@ def catalog_load(
         raise _fail(
             f"catalog load failed: {type(exc).__name__}: {exc} (did you run `kvcap migrate`?)"
         ) from None
-    err.print(message)
+    _err().print(message)
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -182,6 +182,8 @@ def _validation_message(exc: ValidationError) -> str:
 
 def _post(server: str, path: str, body: dict[str, object]) -> dict[str, object]:
     """Ask a kvcap server; its 4xx become exit 2 with the server's message."""
+    import httpx
+
     try:
         response = httpx.post(server.rstrip("/") + path, json=body, timeout=30)
     except httpx.HTTPError as exc:
@@ -235,6 +237,15 @@ def plan(
     ] = None,
 ) -> None:
     """Predict vLLM's KV cache for a model on a GPU. Exit 1 when vLLM would not start, 2 for bad input."""
+    from pydantic import ValidationError
+
+    from service.catalog.builtin import builtin_snapshot
+    from service.core.errors import CoreError
+    from service.errors import ServiceError
+    from service.planning.schemas import InlineGpu, InlineModel, PlanRequestBody, PlanResponse
+    from service.planning.service import make_plan
+    from service.render import render_capacity_curve, render_plan
+
     if (model is None) == (hf_config is None):
         raise _fail("give exactly one of --model or --hf-config")
     model_ref: str | InlineModel
@@ -292,8 +303,9 @@ def plan(
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        render_plan(out, result)
-        render_capacity_curve(out, _capacity_rows(body, result, server))
+        console = _out()
+        render_plan(console, result)
+        render_capacity_curve(console, _capacity_rows(body, result, server))
     raise typer.Exit(0 if result.fits else 1)
 
 
@@ -312,6 +324,11 @@ def _capacity_rows(
     body: PlanRequestBody, result: PlanResponse, server: str | None
 ) -> list[tuple[int, PlanResponse]]:
     """The same plan at other ``max_model_len`` values, as the planner answers each (offline or the server)."""
+    from service.catalog.builtin import builtin_snapshot
+    from service.core.errors import CoreError
+    from service.errors import ServiceError
+    from service.planning.schemas import PlanResponse
+    from service.planning.service import make_plan
 
     def at(length: int | None) -> PlanResponse | None:
         changed = body.model_copy(
@@ -402,6 +419,14 @@ def recommend(
     server: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Tensor-parallel size, max_num_seqs, replicas and cost for a workload. Exit 1 when nothing fits."""
+    from pydantic import ValidationError
+
+    from service.catalog.builtin import builtin_snapshot
+    from service.errors import ServiceError
+    from service.planning.recommendations import make_recommendation
+    from service.planning.schemas import RecommendationOut, RecommendRequestBody
+    from service.render import render_recommendation
+
     fields = {
         "model": model,
         "gpu": gpu,
@@ -439,7 +464,7 @@ def recommend(
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        render_recommendation(out, result)
+        render_recommendation(_out(), result)
     raise typer.Exit(0 if result.recommended else 1)
 
 
@@ -464,6 +489,14 @@ def sweep(
     server: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Rank every GPU × TP × KV dtype × quantization option by cost. Exit 1 when none serves the workload."""
+    from pydantic import ValidationError
+
+    from service.catalog.builtin import builtin_snapshot
+    from service.errors import ServiceError
+    from service.planning.recommendations import make_sweep
+    from service.planning.schemas import SweepOut, SweepRequestBody
+    from service.render import render_options
+
     fields = {
         "model": model,
         "engine": engine,
@@ -500,7 +533,7 @@ def sweep(
         print(result.model_dump_json(indent=2))
     else:
         render_options(
-            out,
+            _out(),
             result.options,
             title=f"{result.model.name}: {result.feasible} of {result.evaluated} options serve the workload",
         )

@@ -3,7 +3,7 @@
 from service.catalog.orm import GpuEntry, ModelEntry
 from service.db.base import Base
 from service.deployments.orm import DeploymentEntry
-from service.planning.calibration import CalibrationEntry
+from service.planning.calibration_store import CalibrationEntry
 
 metadata = Base.metadata
 

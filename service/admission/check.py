@@ -18,15 +18,17 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import httpx
 import yaml
 
 from service.admission.extract import extract
 from service.admission.policy import PlanSummary, PolicyConfig, Verdict, evaluate
 from service.admission.reviews import review_for
 from service.catalog.snapshot import CatalogSnapshot
+
+if TYPE_CHECKING:  # only ``--server`` talks HTTP; an offline check never imports httpx
+    import httpx
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -224,6 +226,8 @@ class ServerError(Exception):
 
 def check_remote(document: Document, client: httpx.Client, server: str) -> CheckResult:
     """Ask ``server``'s webhook with a dry-run AdmissionReview, as the API server would."""
+    import httpx
+
     kind, namespace, name = _metadata(document.obj)
     body = review_for(document.obj, uid=str(uuid.uuid4()), dry_run=True)
     url = server.rstrip("/") + "/admission/validate"

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from service.admission.check import (
-    CheckResult,
-    Document,
-    ServerError,
-    check_offline,
-    check_remote,
-    exit_code,
-    load,
-    report_json,
-    summary,
-    unreadable,
-)
-from service.admission.policy import PolicyConfig
+if TYPE_CHECKING:  # imported when the command runs: `kvcap --help` and the other commands never load them
+    import httpx
+
+    from service.admission.check import CheckResult
+    from service.admission.policy import PolicyConfig
 
 _STYLE = {
     "allowed": "green",
@@ -35,6 +28,8 @@ _STYLE = {
 
 
 def _default_client() -> httpx.Client:
+    import httpx
+
     return httpx.Client(timeout=30)
 
 
@@ -44,6 +39,13 @@ http_client: Callable[[], httpx.Client] = _default_client
 
 def _config() -> PolicyConfig:
     """Enforce mode always (a pipeline wants the real verdict); the headroom ratio from the environment."""
+    from service.admission.policy import PolicyConfig
+
+    # Settings (pydantic-settings) costs more to import than the whole check: read it only when a value could
+    # differ from the default, i.e. the variable is set or a .env file is there (names match case-insensitively).
+    variable = "KVCAP_ADMISSION_LOW_HEADROOM_RATIO"
+    if not any(name.upper() == variable for name in os.environ) and not Path(".env").exists():
+        return PolicyConfig(mode="enforce")
     try:
         from service.settings import get_settings
 
@@ -81,6 +83,18 @@ def check(
     ] = None,
 ) -> None:
     """Admission verdict per object. Exit 0 when all pass, 1 when any is denied, 2 for unreadable input."""
+    from service.admission.check import (
+        Document,
+        ServerError,
+        check_offline,
+        check_remote,
+        exit_code,
+        load,
+        report_json,
+        summary,
+        unreadable,
+    )
+
     out = Console(soft_wrap=True)
     err = Console(stderr=True, soft_wrap=True)
     items = load(filename, sys.stdin)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import ValidationError
 
@@ -51,7 +51,9 @@ from service.core.planner import CapacityPlan, PlanRequest, plan
 from service.core.units import GIB
 from service.planning.schemas import PlanSettings
 from service.planning.service import build_request
-from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 Mode = Literal["enforce", "audit"]
 Outcome = Literal["allowed", "denied", "would_deny", "skipped"]

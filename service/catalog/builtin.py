@@ -11,16 +11,18 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import TYPE_CHECKING, Any
 
 from service.catalog.convert import architecture_values
-from service.catalog.orm import GpuEntry, ModelEntry
-from service.catalog.repository import GpuRepository, ModelRepository
 from service.catalog.schemas import GpuCreate, ModelCreate
 from service.catalog.snapshot import CatalogSnapshot
 from service.core.hf_config import parse_hf_config
+
+if TYPE_CHECKING:  # the database side is imported by load_builtin only: offline plans never load SQLAlchemy
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from service.catalog.orm import GpuEntry, ModelEntry
+    from service.catalog.repository import GpuRepository, ModelRepository
 
 _DATA = resources.files("service.catalog") / "builtin"
 _MODEL_META_KEYS = ("name", "hf_id", "aliases", "family", "source", "notes")
@@ -85,6 +87,9 @@ async def load_builtin(session: AsyncSession) -> LoadResult:
 
     Idempotent: a second run changes nothing. The caller commits.
     """
+    from service.catalog.orm import GpuEntry, ModelEntry
+    from service.catalog.repository import GpuRepository, ModelRepository
+
     inserted = updated = unchanged = kept = 0
     gpu_repo, model_repo = GpuRepository(session), ModelRepository(session)
     pairs: list[

@@ -61,7 +61,8 @@ QuantizationName = Literal[
 
 
 class Schema(BaseModel):
-    model_config = ConfigDict(from_attributes=True, extra="forbid")
+    # Validators are built on first use, not at import: an offline plan never builds the Read/Update ones.
+    model_config = ConfigDict(from_attributes=True, extra="forbid", defer_build=True)
 
 
 class Interconnect(Schema):
@@ -137,7 +138,7 @@ class Provenance(Schema):
 
 
 class GpuRead(GpuCreate, Provenance):
-    model_config = ConfigDict(from_attributes=True, extra="ignore")
+    model_config = ConfigDict(from_attributes=True, extra="ignore", defer_build=True)
 
 
 class StateFields(Schema):
@@ -256,7 +257,7 @@ class ModelUpdate(Schema):
 
 
 class ModelRead(ModelCreate, Provenance):
-    model_config = ConfigDict(from_attributes=True, extra="ignore")
+    model_config = ConfigDict(from_attributes=True, extra="ignore", defer_build=True)
 
 
 class ModelImport(Schema):

@@ -13,13 +13,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from typing import TYPE_CHECKING
 
 from service.catalog.convert import gpu_spec, model_spec
-from service.catalog.repository import GpuRepository, ModelRepository
 from service.catalog.schemas import GpuCreate, GpuRead, ModelCreate, ModelRead
 from service.core.specs import GpuSpec, ModelSpec
+
+if TYPE_CHECKING:  # the database side is imported where it is used: offline plans never load SQLAlchemy
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 logger = logging.getLogger("kvcap.catalog")
 
@@ -104,15 +105,27 @@ class CatalogSnapshot:
         return self.gpus.get(name) if name else None
 
 
+def same_content(a: CatalogSnapshot, b: CatalogSnapshot) -> bool:
+    """Same source and the same entries (stored rows carry their version and update time, so an edit differs)."""
+    return a is b or (a.source == b.source and a.models == b.models and a.gpus == b.gpus)
+
+
 class CatalogHolder:
     """The current snapshot plus how to reload it; swapping the reference is atomic for readers."""
 
     def __init__(self, snapshot: CatalogSnapshot) -> None:
         self.snapshot = snapshot
         self.last_error: str | None = None
-        self.generation = 0  # bumped on every swap; caches of derived answers key on it
+        self.generation = 0  # bumped when a swap changes the content; caches of derived answers key on it
 
     def replace(self, snapshot: CatalogSnapshot) -> None:
+        """Swap in ``snapshot`` and bump the generation, unless it holds exactly what the current one does.
+
+        The periodic refresh reads the same catalog almost every time: keeping the current object (and its
+        generation) then keeps every cache derived from it (plans, admission indexes) warm.
+        """
+        if same_content(self.snapshot, snapshot):
+            return
         self.snapshot = snapshot
         self.generation += 1
 
@@ -125,6 +138,8 @@ class CatalogHolder:
 
 
 async def read_snapshot(session: AsyncSession) -> CatalogSnapshot:
+    from service.catalog.repository import GpuRepository, ModelRepository
+
     models = [ModelRead.model_validate(row) for row in await ModelRepository(session).all()]
     gpus = [GpuRead.model_validate(row) for row in await GpuRepository(session).all()]
     return CatalogSnapshot.build(models, gpus, source="database")

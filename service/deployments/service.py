@@ -8,6 +8,7 @@ deployment that would *not start* is still accepted (its plan says so) — regis
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ from service.planning.service import build_request, make_plan, resolve_gpu_ref, 
 
 logger = logging.getLogger("kvcap.deployments")
 
+DeploymentKey = tuple[str, str]
 _COLUMNS = ("model", "gpu", "replicas", "workload", "live", "labels")
 
 
@@ -113,24 +115,68 @@ def deployment_plan(
 
 
 class DeploymentsHolder:
-    """In-memory copy of the registry for the live-metrics loop and the exporter (refreshed like the catalog)."""
+    """In-memory copy of the registry for the live-metrics loop and the exporter (refreshed like the catalog).
+
+    Writes through this replica update it in place of a reload (``put``/``remove``: a copy of the key→entry
+    mapping, about 10 µs per 1,000 deployments, instead of re-reading and re-validating every row); the periodic
+    ``reload`` picks up other replicas' writes. Readers on any thread take ``deployments`` or ``by_key()``: each
+    write swaps in a new mapping, so a reader never sees one half-changed.
+    """
 
     def __init__(self, deployments: Sequence[DeploymentRead] = ()) -> None:
-        self.deployments: tuple[DeploymentRead, ...] = tuple(deployments)
+        self._lock = threading.Lock()  # writers only: readers take the current mapping without it
+        self._by_key: Mapping[DeploymentKey, DeploymentRead] = {(d.namespace, d.name): d for d in deployments}
+        self._sorted: tuple[DeploymentRead, ...] | None = None
+        self._writes = 0  # bumped by put/remove, so a reload that raced a write does not undo it
 
-    def by_key(self) -> Mapping[tuple[str, str], DeploymentRead]:
-        return {(d.namespace, d.name): d for d in self.deployments}
+    @property
+    def deployments(self) -> tuple[DeploymentRead, ...]:
+        """Every deployment, ordered by namespace and name (as the database lists them)."""
+        cached = self._sorted
+        if cached is None:
+            current = self._by_key
+            cached = tuple(current[key] for key in sorted(current))
+            with self._lock:
+                if current is self._by_key:
+                    self._sorted = cached
+        return cached
+
+    def by_key(self) -> Mapping[DeploymentKey, DeploymentRead]:
+        return self._by_key
+
+    def put(self, deployment: DeploymentRead) -> None:
+        """Add or replace one deployment (after its write committed)."""
+        with self._lock:
+            updated = dict(self._by_key)
+            updated[(deployment.namespace, deployment.name)] = deployment
+            self._swap(updated)
+
+    def remove(self, namespace: str, name: str) -> None:
+        with self._lock:
+            updated = dict(self._by_key)
+            updated.pop((namespace, name), None)
+            self._swap(updated)
+
+    def _swap(self, updated: Mapping[DeploymentKey, DeploymentRead]) -> None:
+        self._by_key = updated
+        self._sorted = None
+        self._writes += 1
 
     async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+        writes_before = self._writes
         async with sessionmaker() as session:
             rows = await DeploymentRepository(session).all()
-        readable = []
+        readable = {}
         for row in rows:
             try:
-                readable.append(to_read(row))
+                readable[(row.namespace, row.name)] = to_read(row)
             except ValidationError as exc:  # a row written by a newer kvcap must not stop the others
                 logger.error("deployment %s/%s skipped: %s", row.namespace, row.name, exc.errors()[:1])
-        self.deployments = tuple(readable)
+        with self._lock:
+            if self._writes != writes_before:
+                return  # a write landed while reading: this copy may predate it; the next reload is current
+            self._by_key = readable
+            self._sorted = None
 
 
 class DeploymentService:
@@ -150,15 +196,26 @@ class DeploymentService:
         self.holder = holder
         self.sessionmaker = sessionmaker
 
-    def _refresh_after_commit(self) -> None:
-        holder, maker = self.holder, self.sessionmaker
-        if holder is None or maker is None:
+    def _put_after_commit(self, entry: DeploymentEntry) -> None:
+        """Once the write is durable, update the in-memory registry with this one entry (no reload)."""
+        holder = self.holder
+        if holder is None:
             return
 
-        async def _reload() -> None:
-            await holder.reload(maker)
+        async def _put() -> None:
+            holder.put(to_read(entry))
 
-        after_commit(self.session, _reload)
+        after_commit(self.session, _put)
+
+    def _remove_after_commit(self, namespace: str, name: str) -> None:
+        holder = self.holder
+        if holder is None:
+            return
+
+        async def _remove() -> None:
+            holder.remove(namespace, name)
+
+        after_commit(self.session, _remove)
 
     async def list(
         self, *, page: PageParams, namespace: str | None, labels: Mapping[str, str]
@@ -189,7 +246,7 @@ class DeploymentService:
         entry = await self.repo.add(
             DeploymentEntry(namespace=data.namespace, name=data.name, **to_columns(data))
         )
-        self._refresh_after_commit()
+        self._put_after_commit(entry)
         return entry
 
     async def update(
@@ -207,14 +264,14 @@ class DeploymentService:
             ) from None
         validate_deployment(candidate, self.catalog, self.guard)
         await self.repo.update(entry, to_columns(candidate))
-        self._refresh_after_commit()
+        self._put_after_commit(entry)
         return entry
 
     async def delete(self, namespace: str, name: str, *, if_match: str | None) -> None:
         entry = await self.get(namespace, name)
         check_if_match(if_match, entry.etag)
         await self.repo.delete(entry)
-        self._refresh_after_commit()
+        self._remove_after_commit(namespace, name)
 
 
 def parse_label_selector(selector: str | None) -> dict[str, str]:

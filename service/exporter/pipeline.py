@@ -13,14 +13,25 @@ Every ``KVCAP_SCRAPE_INTERVAL_SECONDS`` one replica:
    runs, and the observation would teach the wrong lesson).
 
 ``GET /metrics`` only renders the latest snapshots; it never waits on a target or the database.
+
+In the server all of this runs in ``LiveWorker``: a thread with its own event loop, HTTP client and database
+engine. Scraping (httpx), parsing (prometheus-client's text parser) and re-planning are CPU work; on the event
+loop that serves requests they would queue every admission review behind a thousand parses. The worker hands
+its results over as immutable snapshots swapped in by one assignment (``LiveManager.observations``,
+``Predictions.capacities``), which the serving loop reads without a lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
+import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fastapi import FastAPI
@@ -28,15 +39,19 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.catalog.snapshot import CatalogHolder, CatalogSnapshot
+from service.db.session import create_engine, create_sessionmaker
 from service.deployments.schemas import DeploymentPlan, DeploymentRead
-from service.deployments.service import deployment_plan
+from service.deployments.service import DeploymentsHolder, deployment_plan
 from service.errors import ServiceError
 from service.exporter.collector import PredictedCapacity
-from service.live.coordination import Coordinator
+from service.exporter.exposition import ExpositionCache
+from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget
 from service.live.schemas import parse_live_source
-from service.planning.calibration import CalibrationHolder, record_observation
+from service.planning.calibration import CalibrationHolder
+from service.planning.calibration_store import record_observation
 from service.planning.schemas import PlanResponse
+from service.settings import Settings
 
 logger = logging.getLogger("kvcap.live")
 
@@ -154,23 +169,186 @@ async def record_calibrations(
     return recorded
 
 
+async def live_tick(
+    *,
+    deployments: DeploymentsHolder,
+    catalog: CatalogHolder,
+    calibrations: CalibrationHolder,
+    predictions: Predictions,
+    live: LiveManager,
+    coordinator: Coordinator,
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """One pass of the loop described in the module docstring."""
+    registered = deployments.deployments
+    by_name = {f"{d.namespace}/{d.name}": d for d in registered}
+    owned_names = await coordinator.owned(list(by_name))
+    owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
+    predictions.update(catalog, owned, calibrations)
+    await live.refresh(live_targets(owned))
+    if await record_calibrations(sessionmaker, live.observations, predictions):
+        await calibrations.reload(sessionmaker)
+        predictions.update(catalog, owned, calibrations)
+
+
 async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinator, interval_s: float) -> None:
-    """The loop described in the module docstring; a failed tick is logged and retried on the next one."""
-    predictions: Predictions = app.state.predictions
+    """The loop on the caller's event loop; a failed tick is logged and retried on the next one.
+
+    The server runs it in a ``LiveWorker`` instead; this form suits a caller that has no serving loop to keep free.
+    """
     while True:
         started = time.monotonic()
         try:
-            deployments = app.state.deployments.deployments
-            by_name = {f"{d.namespace}/{d.name}": d for d in deployments}
-            owned_names = await coordinator.owned(list(by_name))
-            owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
-            predictions.update(app.state.catalog, owned, app.state.calibrations)
-            await live.refresh(live_targets(owned))
-            if await record_calibrations(app.state.sessionmaker, live.observations, predictions):
-                await app.state.calibrations.reload(app.state.sessionmaker)
-                predictions.update(app.state.catalog, owned, app.state.calibrations)
+            await live_tick(
+                deployments=app.state.deployments,
+                catalog=app.state.catalog,
+                calibrations=app.state.calibrations,
+                predictions=app.state.predictions,
+                live=live,
+                coordinator=coordinator,
+                sessionmaker=app.state.sessionmaker,
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.warning("live refresh failed: %s: %s", type(exc).__name__, exc)
         await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+Refresh = Callable[[async_sessionmaker[AsyncSession]], Awaitable[None]]
+
+# While the worker parses, the serving thread waits for the GIL up to the switch interval (5 ms by default) each
+# time it wakes; 1 ms keeps that wait well inside an admission review's budget at a negligible switching cost.
+WORKER_SWITCH_INTERVAL_S = 0.001
+
+
+class LiveWorker:
+    """The live loop on a thread of its own, with its own event loop, database engine and coordinator.
+
+    It reads the holders the serving loop keeps current (each holds an immutable snapshot replaced by one
+    assignment, so reading one from this thread is safe) and publishes through ``live.observations`` and
+    ``predictions.capacities`` the same way. ``live`` (its HTTP client) is used by this thread only.
+
+    ``refresh`` (reloading the catalog, registry and calibrations every ``KVCAP_CATALOG_REFRESH_SECONDS`` to see
+    other replicas' writes) runs here too, with this thread's engine: validating a thousand rows is CPU work the
+    serving loop should not do either.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        deployments: DeploymentsHolder,
+        catalog: CatalogHolder,
+        calibrations: CalibrationHolder,
+        predictions: Predictions,
+        live: LiveManager,
+        refresh: Refresh | None = None,
+        exposition: ExpositionCache | None = None,
+    ) -> None:
+        self._settings = settings
+        self._refresh = refresh
+        self._exposition = exposition
+        self._deployments = deployments
+        self._catalog = catalog
+        self._calibrations = calibrations
+        self._predictions = predictions
+        self._live = live
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="kvcap-live", daemon=True)
+        self.ticks = 0
+        """Completed passes (failed ones included), for tests and diagnostics."""
+        self.thread_id: int | None = None
+
+    def start(self) -> None:
+        if sys.getswitchinterval() > WORKER_SWITCH_INTERVAL_S:
+            sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
+        self._thread.start()
+        self._started.wait(timeout=10)
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Cancel the loop, release its connections and wait for the thread (without blocking the caller's loop)."""
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop finished in the meantime
+                loop.call_soon_threadsafe(task.cancel)
+        await asyncio.to_thread(self._thread.join, timeout_s)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _main(self) -> None:
+        self.thread_id = threading.get_ident()
+        asyncio.run(self._run())
+
+    async def _run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._started.set()
+        settings = self._settings
+        engine = create_engine(settings.database_url, pool_size=2)
+        coordinator: Coordinator
+        if settings.database_url.startswith("postgresql"):
+            coordinator = PostgresCoordinator(
+                engine, f"{socket.gethostname()}-{os.getpid()}", settings.scrape_interval_seconds
+            )
+        else:
+            coordinator = SingleCoordinator()
+        sessionmaker = create_sessionmaker(engine)
+        jobs = [asyncio.create_task(self._loop_forever(coordinator, sessionmaker))]
+        if self._refresh is not None:
+            jobs.append(asyncio.create_task(self._refresh_forever(self._refresh, sessionmaker)))
+        try:
+            await asyncio.gather(*jobs)
+        except asyncio.CancelledError:
+            for job in jobs:
+                job.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+        finally:
+            for close in (coordinator.close, self._live.aclose, engine.dispose):
+                try:
+                    await close()
+                except Exception as exc:
+                    logger.warning("closing the live worker: %s: %s", type(exc).__name__, exc)
+
+    async def _refresh_forever(
+        self, refresh: Refresh, sessionmaker: async_sessionmaker[AsyncSession]
+    ) -> None:
+        while True:
+            await asyncio.sleep(self._settings.catalog_refresh_seconds)
+            try:
+                await refresh(sessionmaker)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("catalog refresh failed: %s", type(exc).__name__)
+
+    async def _loop_forever(
+        self, coordinator: Coordinator, sessionmaker: async_sessionmaker[AsyncSession]
+    ) -> None:
+        interval_s = self._settings.scrape_interval_seconds
+        while True:
+            started = time.monotonic()
+            try:
+                await live_tick(
+                    deployments=self._deployments,
+                    catalog=self._catalog,
+                    calibrations=self._calibrations,
+                    predictions=self._predictions,
+                    live=self._live,
+                    coordinator=coordinator,
+                    sessionmaker=sessionmaker,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("live refresh failed: %s: %s", type(exc).__name__, exc)
+            if self._exposition is not None:  # render /metrics for this snapshot now, not in the next scrape
+                try:
+                    self._exposition.prepare(self._predictions.capacities, self._live.observations)
+                except Exception as exc:
+                    logger.warning("rendering /metrics failed: %s: %s", type(exc).__name__, exc)
+            self.ticks += 1
+            await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))

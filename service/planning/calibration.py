@@ -15,30 +15,13 @@ import json
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from sqlalchemy import JSON, Integer, String, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import Mapped, mapped_column
+from typing import TYPE_CHECKING, Any
 
 from service.core.engines import resolve_engine
-from service.db.base import Base, VersionedMixin
 from service.planning.schemas import CalibrationOut, MessageOut, PlanResponse
 
-KEEP_OBSERVATIONS = 10
-
-
-class CalibrationEntry(VersionedMixin, Base):
-    __tablename__ = "calibrations"
-
-    key: Mapped[str] = mapped_column(String(64), unique=True, nullable=False)
-    model: Mapped[str] = mapped_column(String(200), nullable=False)
-    gpu: Mapped[str] = mapped_column(String(200), nullable=False)
-    configuration: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
-    # The last few observations, one per replica start-up: [{"source": "ns/name/pod", "num_gpu_blocks": n}, …]
-    observations: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False, default=list)
-    uncalibrated_num_gpu_blocks: Mapped[int] = mapped_column(Integer, nullable=False)
-    samples: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 
 def configuration_of(plan: PlanResponse) -> dict[str, Any]:
@@ -70,12 +53,16 @@ class CalibrationHolder:
 
     def __init__(self, calibrations: dict[str, Calibration] | None = None) -> None:
         self.by_key: dict[str, Calibration] = calibrations or {}
-        self.generation = 0  # bumped on every reload; caches of plans key on it
+        self.generation = 0  # bumped when a reload changes something; caches of plans key on it
 
     async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
+        from sqlalchemy import select
+
+        from service.planning.calibration_store import CalibrationEntry
+
         async with sessionmaker() as session:
             rows = (await session.execute(select(CalibrationEntry))).scalars().all()
-        self.by_key = {
+        by_key = {
             row.key: Calibration(
                 observed_num_gpu_blocks=int(statistics.median(o["num_gpu_blocks"] for o in row.observations)),
                 samples=row.samples,
@@ -84,6 +71,9 @@ class CalibrationHolder:
             for row in rows
             if row.observations
         }
+        if by_key == self.by_key:  # nothing new: plans cached under this generation stay valid
+            return
+        self.by_key = by_key  # before the bump: a reader never sees the new generation with the old data
         self.generation += 1
 
 
@@ -141,41 +131,14 @@ def apply_calibration(plan: PlanResponse, holder: CalibrationHolder | None) -> P
     )
 
 
-async def record_observation(
-    session: AsyncSession, plan: PlanResponse, *, observed_num_gpu_blocks: int, source: str
-) -> bool:
-    """Store one replica's start-up for the plan's configuration; the same replica is recorded once.
+def __getattr__(name: str) -> Any:
+    """The stored side (``CalibrationEntry``, ``record_observation``) lives in ``calibration_store``.
 
-    ``source`` names the replica (``namespace/deployment/pod``); its observation is replaced when the replica
-    reports a different count (it restarted with other settings), and the last ``KEEP_OBSERVATIONS`` replicas
-    are kept. Returns True when something changed. The caller commits.
+    It needs SQLAlchemy, which a plan does not: importing it only when asked keeps offline plans light, and the
+    old names keep working from here.
     """
-    if plan.exact or observed_num_gpu_blocks <= 0:
-        return False
-    key = calibration_key(plan)
-    entry = (
-        await session.execute(select(CalibrationEntry).where(CalibrationEntry.key == key))
-    ).scalar_one_or_none()
-    observation = {"source": source, "num_gpu_blocks": observed_num_gpu_blocks}
-    if entry is None:
-        session.add(
-            CalibrationEntry(
-                key=key,
-                model=plan.model.name,
-                gpu=plan.gpu.name if plan.gpu else "",
-                configuration=configuration_of(plan),
-                observations=[observation],
-                uncalibrated_num_gpu_blocks=plan.kv_cache.num_gpu_blocks,
-                samples=1,
-            )
-        )
-        await session.flush()
-        return True
-    if observation in entry.observations:
-        return False
-    others = [o for o in entry.observations if o["source"] != source]
-    entry.observations = [*others, observation][-KEEP_OBSERVATIONS:]
-    entry.uncalibrated_num_gpu_blocks = plan.kv_cache.num_gpu_blocks
-    entry.samples += 1
-    await session.flush()
-    return True
+    if name in {"CalibrationEntry", "record_observation", "KEEP_OBSERVATIONS"}:
+        from service.planning import calibration_store
+
+        return getattr(calibration_store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,8 @@ RefName = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_w
 
 
 class Schema(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Validators are built on first use, not at import: a command line that plans never builds the sweep's.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class InlineModel(Schema):
@@ -255,6 +256,8 @@ class RecommendRequestBody(PlanSettings):
 
 
 class OptionOut(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: `kvcap plan` never needs it
+
     gpu: str
     tensor_parallel_size: int
     pipeline_parallel_size: int
@@ -281,6 +284,8 @@ class OptionOut(BaseModel):
 
 
 class RecommendationOut(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: `kvcap plan` never needs it
+
     model: Subject
     gpu: Subject
     recommended: OptionOut | None = Field(description="null when no option starts and meets the SLO")
@@ -302,6 +307,8 @@ class SweepRequestBody(PlanSettings):
 
 
 class SweepOut(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: `kvcap plan` never needs it
+
     model: Subject
     evaluated: int
     feasible: int

@@ -6,7 +6,8 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.catalog.builtin import builtin_snapshot
-from service.planning.calibration import CalibrationHolder, calibration_key, record_observation
+from service.planning.calibration import CalibrationHolder, calibration_key
+from service.planning.calibration_store import record_observation
 from service.planning.schemas import PlanRequestBody
 from service.planning.service import make_plan
 
