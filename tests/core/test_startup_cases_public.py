@@ -228,7 +228,7 @@ def test_a_failed_start_quotes_vllms_error_and_a_started_one_has_none(case: dict
         return
     failure = case["failure"]
     assert isinstance(failure, str) and failure.strip()
-    assert re.search(r"Error|error|out of memory|larger than|No available memory", failure)
+    assert re.search(r"Error|error|out of memory|larger than|No available memory|blocks: 0\b", failure)
     assert failure[:60] in case["excerpt"]
 
 
