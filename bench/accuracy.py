@@ -7,6 +7,8 @@ Data (``tests/data``):
 
 * ``vllm-startup-cases.json`` — the shared cases, copied unchanged from ``../shared/data``;
 * ``vllm-startup-cases-extra.json`` — more cases (ids 1001+), each with its source;
+* ``vllm-startup-cases-public.json`` — public start-up logs (ids 2001+) across releases and serving features,
+  failed start-ups marked ``"started": false`` with vLLM's error line;
 * ``vllm-weights-observed.json`` — "Model loading took X GiB" lines, checked against ``weights.py`` alone.
 
 Rules (applied in this order, all documented in the printed report):
@@ -74,7 +76,7 @@ from service.core.units import GIB
 from service.core.weights import resolve_quantization, weight_shares
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
-CASE_FILES = ("vllm-startup-cases.json", "vllm-startup-cases-extra.json")
+CASE_FILES = ("vllm-startup-cases.json", "vllm-startup-cases-extra.json", "vllm-startup-cases-public.json")
 WEIGHTS_FILE = "vllm-weights-observed.json"
 BAR_PERCENT = 5.0
 LEGACY_BEFORE = (0, 6, 4)  # V0: memory_profiling (snapshot-based accounting) arrived in 0.6.4
