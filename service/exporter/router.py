@@ -26,7 +26,10 @@ async def metrics(request: Request) -> Response:
     live: LiveManager | None = getattr(request.app.state, "live", None)
     predictions = getattr(request.app.state, "predictions", None)
     capacities = predictions.capacities if predictions is not None else {}
+    latency = getattr(predictions, "latency", None) or {}
     observations = live.observations if live is not None else {}
     self_metrics = SelfMetrics.of(live) if live is not None else None
-    body = await asyncio.to_thread(render_metrics, capacities, observations, self_metrics, admission_metrics)
+    body = await asyncio.to_thread(
+        render_metrics, capacities, observations, self_metrics, admission_metrics, latency
+    )
     return Response(body, media_type=CONTENT_TYPE)
