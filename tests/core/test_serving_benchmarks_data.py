@@ -159,6 +159,20 @@ def test_every_measured_value_is_written_in_the_quote(case: dict[str, Any]) -> N
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_the_prompt_count_and_lengths_are_written_in_the_quote(case: dict[str, Any]) -> None:
+    quoted = {float(number) for number in NUMBER.findall(case["quote"])}
+    bench = case["benchmark"]
+    settings = {"num_prompts": bench["num_prompts"]}
+    if bench["dataset_name"] == "random":
+        settings |= {
+            "random_input_len": bench["random_input_len"],
+            "random_output_len": bench["random_output_len"],
+        }
+    missing = {key: value for key, value in settings.items() if float(value) not in quoted}
+    assert not missing, f"settings not in the quoted lines: {missing}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_completed_requests_do_not_exceed_the_prompts_sent(case: dict[str, Any]) -> None:
     completed = case["measured"].get("completed")
     assert completed is None or completed <= case["benchmark"]["num_prompts"]
