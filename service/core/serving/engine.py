@@ -115,7 +115,11 @@ class Engine:
         max_concurrency: int | None,
         max_model_len: int,
         max_iterations: int,
+        use_stretches: bool = True,
     ) -> None:
+        self.use_stretches = (
+            use_stretches  # False: one step at a time (the reference the stretches must match)
+        )
         self.requests = requests
         self.scheduler = scheduler
         self.model = step_model
@@ -188,7 +192,7 @@ class Engine:
                     "use fewer prompts or shorter requests",
                     field="benchmark.num_prompts",
                 )
-            if not self._try_stretch():
+            if not (self.use_stretches and self._try_stretch()):
                 self._single_step()
         return EngineTrace(
             requests=tuple(self.requests),

@@ -182,8 +182,13 @@ def simulate(
     plan: CapacityPlan | None = None,
     coefficients: StepCoefficients | None = None,
     limits: SimulationLimits = DEFAULT_SIMULATION_LIMITS,
+    step_by_step: bool = False,
 ) -> SimulationResult:
-    """Simulate ``vllm bench serve`` with ``benchmark`` against a replica planned from ``request``."""
+    """Simulate ``vllm bench serve`` with ``benchmark`` against a replica planned from ``request``.
+
+    ``step_by_step`` turns the closed-form decode stretches off (every step simulated on its own): the
+    reference the fast path is tested against.
+    """
     if benchmark.num_prompts > limits.max_num_prompts:
         raise InvalidSpec(
             f"at most {limits.max_num_prompts:,} prompts are simulated, got {benchmark.num_prompts:,}",
@@ -231,6 +236,7 @@ def simulate(
         max_concurrency=benchmark.max_concurrency,
         max_model_len=settings.max_model_len,
         max_iterations=limits.max_simulated_steps,
+        use_stretches=not step_by_step,
     )
     trace = engine.run()
     outcomes = _outcomes(trace)

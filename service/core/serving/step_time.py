@@ -56,12 +56,17 @@ class StepCoefficients:
     attention_efficiency: float = 0.45  # η_attn: fraction of dense peak prefill attention reaches
     step_overhead_seconds: float = 0.0020  # c₀: CPU time per step (schedule, prepare inputs, launch)
     per_request_seconds: float = 15e-6  # c₁: CPU time per request in the batch (sampling, detokenise, output)
+    # Not fitted here: a per-deployment multiplier of every step's time (GPU and CPU), fitted by the live
+    # pipeline from one deployment's observed latencies (observed ÷ simulated TPOT). 1.0 = the model as is.
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("bandwidth_efficiency", "compute_efficiency", "attention_efficiency"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise InvalidSpec(f"must be in (0, 1], got {value}", field=f"coefficients.{name}")
+        if not self.time_scale > 0:
+            raise InvalidSpec(f"must be > 0, got {self.time_scale}", field="coefficients.time_scale")
         for name in ("gemm_half_tokens", "step_overhead_seconds", "per_request_seconds"):
             if getattr(self, name) < 0:
                 raise InvalidSpec("must not be negative", field=f"coefficients.{name}")
@@ -74,6 +79,7 @@ class StepCoefficients:
             "attention_efficiency": self.attention_efficiency,
             "step_overhead_seconds": self.step_overhead_seconds,
             "per_request_seconds": self.per_request_seconds,
+            "time_scale": self.time_scale,
         }
 
 
@@ -217,11 +223,11 @@ class StepTimeModel:
         pp = self.pipeline_parallel_size
         fixed = pp * (linear + attention + comm + launch) + (pp - 1) * PIPELINE_HANDOFF_SECONDS
         per_context_token = pp * self.kv_bytes_per_token / bandwidth
-        return fixed, per_context_token
+        return fixed * c.time_scale, per_context_token * c.time_scale
 
     def cpu_seconds(self, num_requests: int) -> float:
         c = self.coefficients
-        return c.step_overhead_seconds + c.per_request_seconds * num_requests
+        return (c.step_overhead_seconds + c.per_request_seconds * num_requests) * c.time_scale
 
     def step_seconds(self, load: StepLoad) -> float:
         """Wall time of one step: GPU and CPU parts, overlapped under async scheduling."""
