@@ -35,6 +35,7 @@ from service.planning.schemas import (
     SweepRequestBody,
 )
 from service.planning.service import make_plan
+from service.planning.simulate_cli import simulate_command
 from service.render import render_options, render_plan, render_recommendation
 from service.settings import get_settings
 
@@ -408,6 +409,7 @@ def sweep(
 
 
 app.command("check")(check_command)
+app.command("simulate")(simulate_command)
 
 
 def main() -> None:
