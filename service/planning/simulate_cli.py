@@ -27,6 +27,33 @@ def _rate(text: str) -> float | str:
         raise typer.BadParameter(f"a number of requests per second or 'inf', got {text!r}") from None
 
 
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _validation_message(exc: Any) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+
+
+def _post(server: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Ask a kvcap server; its 4xx become exit 2 with the server's message."""
+    import httpx
+
+    try:
+        response = httpx.post(server.rstrip("/") + "/v1/simulations", json=body, timeout=120)
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach {server}: {exc}") from None
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text[:500]
+        raise _fail(f"{server} answered {response.status_code}: {detail}")
+    data: dict[str, Any] = response.json()
+    return data
+
+
 def simulate_command(
     model: Annotated[str | None, Opt("--model", "-m", help="catalog name or Hugging Face id")] = None,
     hf_config: Annotated[Path | None, Opt(help="a config.json instead of --model")] = None,
@@ -65,8 +92,6 @@ def simulate_command(
     server: Annotated[str | None, Opt(help="ask a kvcap server instead of the built-in catalog")] = None,
 ) -> None:
     """Predict what `vllm bench serve` measures for a model on a GPU. Exit 2 for bad input."""
-    from service.cli import _fail, _post, _validation_message
-
     if (model is None) == (hf_config is None):
         raise _fail("give exactly one of --model or --hf-config")
     model_ref: Any = model
@@ -124,9 +149,7 @@ def simulate_command(
     except ValidationError as exc:
         raise _fail(_validation_message(exc)) from None
     if server:
-        out = SimulationOut.model_validate(
-            _post(server, "/v1/simulations", body.model_dump(mode="json", exclude_none=True))
-        )
+        out = SimulationOut.model_validate(_post(server, body.model_dump(mode="json", exclude_none=True)))
     else:
         from service.catalog.builtin import builtin_snapshot
         from service.errors import ServiceError
