@@ -14,7 +14,7 @@ import resource
 import sys
 from dataclasses import dataclass
 
-from bench import bench_admission, bench_api, bench_core, bench_live
+from bench import bench_admission, bench_api, bench_core, bench_live, bench_simulator
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,17 @@ def main() -> None:
                 f"bare endpoint {bare_hook['p99_ms']:.3f} ms",
                 r["p99_vs_bare"],
                 "p99 < 10 ms",
+            )
+        )
+
+    for r in bench_simulator.run():
+        rows.append(
+            Row(
+                r["name"],
+                _ms(r["seconds"]),
+                r["note"],
+                r["seconds"] / r["baseline"] if r["baseline"] else None,
+                r["target"],
             )
         )
 

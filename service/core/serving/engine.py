@@ -228,26 +228,35 @@ class Engine:
         self.num_steps += 1
         regular = 0
         sampled = 0
+        itl_count = 0
+        itl_sum = 0.0
+        clock = self.clock
+        irregular = self.itl_samples
         finished: list[SimRequest] = []
         for request, new in step.scheduled:
-            request.computed += new
-            if request.computed < request.num_tokens:
+            computed = request.computed + new
+            request.computed = computed
+            if computed < request.num_tokens:
                 continue  # a prefill chunk that does not finish the prompt samples nothing
-            request.add_generated(1)
+            generated = request.generated + 1
+            request.generated = generated
+            request.num_tokens += 1
             sampled += 1
-            if request.generated == 1:
-                request.first_token_seconds = self.clock
+            if generated == 1:
+                request.first_token_seconds = clock
             else:
-                gap = self.clock - request.last_token_seconds
-                self.itl_count += 1
-                self.itl_sum += gap
-                if request.last_token_seconds == previous_end:
+                last = request.last_token_seconds
+                itl_count += 1
+                itl_sum += clock - last
+                if last == previous_end:
                     regular += 1
                 else:
-                    self.itl_samples.append((gap, 1.0))
-            request.last_token_seconds = self.clock
-            if request.generated >= request.output_tokens:
+                    irregular.append((clock - last, 1.0))
+            request.last_token_seconds = clock
+            if generated >= request.output_tokens:
                 finished.append(request)
+        self.itl_count += itl_count
+        self.itl_sum += itl_sum
         if regular:
             self.itl_samples.append((seconds, float(regular)))
         if sampled:
@@ -265,27 +274,6 @@ class Engine:
         self.failed.append(request.index)
         self.gate.release(self.clock)
 
-    def _admission_blocked(self) -> bool:
-        """True when no waiting request can join while only decodes run (see module docstring)."""
-        s = self.scheduler
-        cfg = s.config
-        if not s.waiting:
-            return False
-        if len(s.running) >= cfg.max_num_seqs or len(s.running) >= cfg.max_num_batched_tokens:
-            return True
-        head = s.waiting[0]
-        budget = cfg.max_num_batched_tokens - len(s.running)
-        new = min(head.num_tokens - head.computed, budget)
-        if 0 < cfg.long_prefill_token_threshold < new:
-            new = cfg.long_prefill_token_threshold
-        # A lower bound on what the head needs is enough: its chunk's blocks less the best prefix hit.
-        lower = cfg.demand.blocks(new) - cfg.demand.full_groups * (
-            (min(head.shared_prefix_tokens, head.num_tokens - 1) // cfg.demand.block_size)
-            if head.shared_prefix_tokens
-            else 0
-        )
-        return lower - head.own_blocks > s.free_blocks
-
     def _try_stretch(self) -> bool:
         s = self.scheduler
         running = s.running
@@ -293,27 +281,30 @@ class Engine:
         cfg = s.config
         if n == 0 or n > cfg.max_num_batched_tokens:
             return False
-        for request in running:
-            if request.generated == 0 or request.computed != request.num_tokens - 1:
-                return False
         arrival_limit = math.inf
         if s.waiting:
-            if not self._admission_blocked():
+            if not s.admission_blocked(n):
                 return False
         elif n < cfg.max_num_seqs:
             arrival_limit = self._next_send_seconds()
             if arrival_limit <= self.clock:
                 return False
-        k = min(r.output_tokens - r.generated for r in running)
+        # Newly admitted requests sit at the end: check from there, the usual reason to fail.
+        k = 1 << 62
+        context = 0
+        for request in reversed(running):
+            computed = request.computed
+            if request.generated == 0 or computed != request.num_tokens - 1:
+                return False
+            left = request.output_tokens - request.generated
+            if left < k:
+                k = left
+            context += computed
         if k < 2:
             return False
         k = self._block_limited_steps(k)
         if k < 2:
             return False
-
-        context = 0
-        for request in running:
-            context += request.computed
         parts = self._decode_parts.get(n)
         if parts is None:
             load = StepLoad(

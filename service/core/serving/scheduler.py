@@ -116,6 +116,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int
     long_prefill_token_threshold: int = 0  # 0: off (vLLM's default)
     demand: BlockDemand
+    prefill_first: bool = False  # V0 engine: prefill-only steps, whole prompts, no chunking
     num_free_blocks: int  # usable blocks of the pool (the null block excluded)
 
 
@@ -179,6 +180,8 @@ class Scheduler:
 
     # --- one step ------------------------------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:
+        if self.config.prefill_first:
+            return self._schedule_v0()
         cfg = self.config
         budget = cfg.max_num_batched_tokens
         threshold = cfg.long_prefill_token_threshold
@@ -187,15 +190,18 @@ class Scheduler:
         decode_context = 0
         pairs = 0.0
         prefill_kv = 0
+        tokens = 0
 
         demand = cfg.demand
         simple = demand.is_simple
         bs = demand.block_size
         full_groups = demand.full_groups
+        running = self.running
         index = 0
-        while index < len(self.running) and budget > 0:
-            request = self.running[index]
-            new = request.num_tokens - request.computed
+        while index < len(running) and budget > 0:
+            request = running[index]
+            computed = request.computed
+            new = request.num_tokens - computed
             if 0 < threshold < new:
                 new = threshold
             if new > budget:
@@ -203,41 +209,46 @@ class Scheduler:
             if new <= 0:
                 index += 1
                 continue
-            if simple and new == 1:
+            if new == 1 and simple:
                 # One decode token: a new block per group exactly when the context sits on a boundary.
-                need = full_groups if request.computed % bs == 0 else 0
+                need = full_groups if computed % bs == 0 else 0
             else:
-                need = self._own_blocks_for(request, request.computed + new) - request.own_blocks
-            scheduled_self = True
-            while need > self.free_blocks:
-                victim = self._preempt_last()
-                preempted += 1
-                if victim is request:
-                    scheduled_self = False
+                need = self._own_blocks_for(request, computed + new) - request.own_blocks
+            if need > self.free_blocks:
+                scheduled_self = True
+                while need > self.free_blocks:
+                    victim = self._preempt_last()
+                    preempted += 1
+                    if victim is request:
+                        scheduled_self = False
+                        break
+                if not scheduled_self:
                     break
-            if not scheduled_self:
-                break
             if need > 0:
                 self.free_blocks -= need
                 request.own_blocks += need
             if request.shared_prefix_tokens and not request.shared_blocks:
-                self._cache_prefix(request, request.computed + new)
+                self._cache_prefix(request, computed + new)
             scheduled.append((request, new))
             budget -= new
+            tokens += new
+            if new == 1 and request.generated > 0 and computed == request.num_tokens - 1:
+                decode_context += computed
+            else:
+                pairs += new * (computed + new / 2)
+                prefill_kv += computed + new
             index += 1
 
         if preempted == 0:
-            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 request = self.waiting[0]
                 hit = self._prefix_hit_tokens(request) if request.computed == 0 else 0
                 new = request.num_tokens - hit
                 if 0 < threshold < new:
                     new = threshold
                 new = min(new, budget)
-                shared = hit // cfg.demand.block_size
-                own_needed = (
-                    cfg.demand.blocks(hit + new) - cfg.demand.full_groups * shared - request.own_blocks
-                )
+                shared = hit // bs
+                own_needed = demand.blocks(hit + new) - full_groups * shared - request.own_blocks
                 if own_needed > self.free_blocks:
                     break
                 self.waiting.popleft()
@@ -247,18 +258,13 @@ class Scheduler:
                 self.free_blocks -= own_needed
                 request.own_blocks += own_needed
                 self._cache_prefix(request, hit + new)
-                self.running.append(request)
+                running.append(request)
                 scheduled.append((request, new))
                 budget -= new
+                tokens += new
+                pairs += new * (hit + new / 2)
+                prefill_kv += hit + new
 
-        tokens = 0
-        for request, new in scheduled:
-            tokens += new
-            if new == 1 and request.computed == request.num_tokens - 1 and request.generated > 0:
-                decode_context += request.computed
-            else:
-                pairs += new * (request.computed + new / 2)
-                prefill_kv += request.computed + new
         return ScheduledStep(
             scheduled=tuple(scheduled),
             num_preempted=preempted,
@@ -267,6 +273,105 @@ class Scheduler:
             prefill_attention_pairs=pairs,
             prefill_kv_tokens=prefill_kv,
         )
+
+    def _watermark_blocks(self) -> int:
+        """V0 keeps 1 % of the pool free when admitting (``BlockSpaceManager`` ``watermark=0.01``)."""
+        return int(0.01 * self.config.num_free_blocks)
+
+    def _v0_admissible(self, request: SimRequest, batched: int, seqs: int) -> bool:
+        cfg = self.config
+        if seqs + 1 > cfg.max_num_seqs or batched + request.num_tokens > cfg.max_num_batched_tokens:
+            return False
+        need = cfg.demand.blocks(request.num_tokens)
+        return self.free_blocks - need >= self._watermark_blocks()
+
+    def _schedule_v0(self) -> ScheduledStep:
+        """V0 (``vllm/core/scheduler.py::Scheduler._schedule_default``, 0.5 – 0.10 with chunked prefill off).
+
+        Prefills first: whole prompts in FCFS order while they fit the token budget, ``max_num_seqs`` and the
+        free blocks above a 1 % watermark; a step that admitted any prompt runs only prefills. Otherwise every
+        running request decodes one token, preempting (recompute) the last running request when a block is
+        missing. Prefix caching was off by default in V0.
+        """
+        scheduled: list[tuple[SimRequest, int]] = []
+        batched = 0
+        pairs = 0.0
+        while self.waiting and self._v0_admissible(self.waiting[0], batched, len(self.running)):
+            request = self.waiting.popleft()
+            need = self.config.demand.blocks(request.num_tokens)
+            self.free_blocks -= need
+            request.own_blocks = need
+            request.computed = 0
+            self.running.append(request)
+            scheduled.append((request, request.num_tokens))
+            batched += request.num_tokens
+            pairs += request.num_tokens * request.num_tokens / 2
+        if scheduled:
+            return ScheduledStep(
+                scheduled=tuple(scheduled),
+                num_preempted=0,
+                load_tokens=batched,
+                decode_context_tokens=0,
+                prefill_attention_pairs=pairs,
+                prefill_kv_tokens=batched,
+            )
+        preempted = 0
+        decode_context = 0
+        index = 0
+        demand = self.config.demand
+        while index < len(self.running):
+            request = self.running[index]
+            need = demand.blocks(request.computed + 1) - demand.blocks(request.computed)
+            if need > self.free_blocks:
+                scheduled_self = True
+                while need > self.free_blocks:
+                    victim = self._preempt_last()
+                    preempted += 1
+                    if victim is request:
+                        scheduled_self = False
+                        break
+                if not scheduled_self:
+                    break
+            self.free_blocks -= need
+            request.own_blocks += need
+            scheduled.append((request, 1))
+            decode_context += request.computed
+            index += 1
+        return ScheduledStep(
+            scheduled=tuple(scheduled),
+            num_preempted=preempted,
+            load_tokens=len(scheduled),
+            decode_context_tokens=decode_context,
+            prefill_attention_pairs=0.0,
+            prefill_kv_tokens=0,
+        )
+
+    def admission_blocked(self, running_tokens: int) -> bool:
+        """True when no waiting request can join while the running ones only decode (the free pool only
+        shrinks until someone finishes, so the answer holds for the whole decode stretch)."""
+        cfg = self.config
+        if not self.waiting:
+            return False
+        n = len(self.running)
+        if n >= cfg.max_num_seqs:
+            return True
+        head = self.waiting[0]
+        if cfg.prefill_first:
+            return not self._v0_admissible(head, 0, n)
+        budget = cfg.max_num_batched_tokens - running_tokens
+        if budget <= 0:
+            return True
+        new = min(head.num_tokens - head.computed, budget)
+        if 0 < cfg.long_prefill_token_threshold < new:
+            new = cfg.long_prefill_token_threshold
+        # A lower bound on what the head needs is enough: its chunk's blocks less the best prefix hit.
+        best_hit_blocks = (
+            min(head.shared_prefix_tokens, head.num_tokens - 1) // cfg.demand.block_size
+            if head.shared_prefix_tokens
+            else 0
+        )
+        lower = cfg.demand.blocks(new) - cfg.demand.full_groups * best_hit_blocks
+        return lower - head.own_blocks > self.free_blocks
 
     def finish(self, request: SimRequest) -> None:
         """Free a finished request's blocks (``KVCacheManager.free``) and drop it from the running list."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest
 from service.core.planner import plan as make_plan
@@ -153,9 +154,14 @@ def _assumptions(
     plan: CapacityPlan, benchmark: BenchmarkSpec, coefficients: StepCoefficients
 ) -> tuple[str, ...]:
     s = plan.settings
+    scheduler = (
+        "vLLM V0 scheduler: prefill-only steps of whole prompts first, then decode steps"
+        if resolve_engine(s.engine).v0
+        else "vLLM V1 scheduler: FCFS, chunked prefill, prefix caching"
+    )
     lines = [
-        f"vLLM V1 scheduler of {s.engine}: FCFS, chunked prefill, prefix caching, "
-        f"max_num_seqs {s.max_num_seqs}, max_num_batched_tokens {s.max_num_batched_tokens}",
+        f"{scheduler} ({s.engine}), max_num_seqs {s.max_num_seqs}, "
+        f"max_num_batched_tokens {s.max_num_batched_tokens}",
         f"{plan.kv_cache.usable_blocks:,} KV blocks of {plan.kv_cache.block_size} tokens from the capacity plan",
         "every request generates exactly its requested output tokens (as with --ignore-eos)",
         f"step time: roofline with {coefficients.bandwidth_efficiency:.0%} of HBM bandwidth, "
@@ -224,6 +230,7 @@ def simulate(
             max_num_batched_tokens=settings.max_num_batched_tokens,
             demand=demand,
             num_free_blocks=plan.kv_cache.usable_blocks,
+            prefill_first=resolve_engine(settings.engine).v0,
         )
     )
     step_model = StepTimeModel.build(
