@@ -10,7 +10,8 @@ heaviest pipeline stage:
                 touch only the experts the batch routes to: E·(1 − (1 − k/E)^T) of E experts for T tokens
                 (uniform routing; ``throughput.decode_bytes_read``). Small GEMMs do not reach peak:
                 η_gemm(T) = η_compute · T / (T + T½) (a saturating curve: cuBLAS tiles are 64–256 rows, so a
-                GEMM with few rows wastes most of each tile).
+                GEMM with few rows wastes most of each tile); an expert GEMM has only the T·k/touched rows
+                routed to that expert, so MoE layers run at η_gemm of that row count.
 ``attention``   KV bytes read / (bandwidth × η_bw) + prefill attention FLOPs / (peak × η_attn): decode reads
                 each running request's whole context once per layer (``Σ context × KV bytes per token``);
                 a prefill chunk of q new tokens after c cached ones does ≈ 4·heads·head_dim·q·(c + q/2)
@@ -106,7 +107,10 @@ class StepTimeModel:
     model: ModelSpec
     bandwidth_bytes_per_second: float
     peak_flops_per_second: float
-    linear_flops_per_token: float  # per GPU: 2 × active linear parameters / (tp × pp)
+    linear_flops_per_token: (
+        float  # per GPU: 2 × active linear parameters / (tp × pp), routed experts included
+    )
+    expert_flops_per_token: float  # per GPU: the routed experts' part of ``linear_flops_per_token`` (MoE)
     lm_head_flops_per_request: float  # per GPU: 2 × hidden × vocab / tp (logits only for sampled positions)
     attention_flops_per_pair: float  # per GPU and stage: 4 × query heads / tp × head dim × layers / pp
     kv_bytes_per_token: int  # per GPU (the plan's bytes per token of the rank)
@@ -136,6 +140,13 @@ class StepTimeModel:
         linear_params = max(1, active - embedding - lm_head)
         layers = model.num_hidden_layers
         per_stage_layers = max(1, layers // pp)
+        expert_params = 0
+        if model.is_moe and model.num_experts_per_tok:
+            moe_layers = layers - (model.first_k_dense_replace or 0)
+            width = model.moe_intermediate_size or model.intermediate_size or 0
+            expert_params = min(
+                linear_params, 3 * model.hidden_size * width * model.num_experts_per_tok * moe_layers
+            )
         if model.uses_mla and model.kv_lora_rank and model.qk_rope_head_dim:
             # MLA (absorbed): scores over kv_lora_rank + rope dims, values over kv_lora_rank.
             pair_flops_per_head = 2 * (model.kv_lora_rank + model.qk_rope_head_dim) + 2 * model.kv_lora_rank
@@ -169,6 +180,7 @@ class StepTimeModel:
             bandwidth_bytes_per_second=float(gpu.memory_bandwidth_bytes_per_second),
             peak_flops_per_second=float(peak),
             linear_flops_per_token=2.0 * linear_params / (tp * pp),
+            expert_flops_per_token=2.0 * expert_params / (tp * pp),
             lm_head_flops_per_request=2.0 * model.hidden_size * model.vocab_size / tp,
             attention_flops_per_pair=float(attention_flops),
             kv_bytes_per_token=plan.kv_cache.bytes_per_token,
@@ -194,6 +206,11 @@ class StepTimeModel:
             )
         )
 
+    def _gemm_efficiency(self, rows: float) -> float:
+        """η_gemm(T) = η_compute · T / (T + T½)."""
+        c = self.coefficients
+        return c.compute_efficiency * rows / (rows + c.gemm_half_tokens)
+
     def gpu_seconds_parts(self, load: StepLoad) -> tuple[float, float]:
         """(context-independent GPU seconds, seconds per decode context token) of one step.
 
@@ -204,9 +221,19 @@ class StepTimeModel:
         tokens = max(1, load.num_tokens)
         bandwidth = self.bandwidth_bytes_per_second * c.bandwidth_efficiency
         memory = self.weight_bytes_touched(tokens) / bandwidth
-        gemm_efficiency = c.compute_efficiency * tokens / (tokens + c.gemm_half_tokens)
-        flops = self.linear_flops_per_token * tokens + self.lm_head_flops_per_request * load.num_requests
-        compute = flops / (self.peak_flops_per_second * gemm_efficiency)
+        peak = self.peak_flops_per_second
+        dense_flops = (
+            self.linear_flops_per_token - self.expert_flops_per_token
+        ) * tokens + self.lm_head_flops_per_request * load.num_requests
+        compute = dense_flops / (peak * self._gemm_efficiency(tokens))
+        if self.expert_flops_per_token:
+            # Each touched expert multiplies only the rows routed to it: T·k / experts touched.
+            model = self.model
+            experts = model.num_experts or 1
+            top_k = model.num_experts_per_tok or 1
+            touched = experts * (1 - (1 - top_k / experts) ** tokens)
+            rows = tokens * top_k / touched
+            compute += self.expert_flops_per_token * tokens / (peak * self._gemm_efficiency(rows))
         linear = max(memory, compute)
         attention = (
             load.prefill_kv_tokens * self.kv_bytes_per_token / bandwidth
