@@ -144,3 +144,36 @@ def test_finishing_frees_the_blocks() -> None:
     s.waiting.append(a)
     _run_step(s)  # prefill samples the only output token → finished
     assert s.running == [] and s.free_blocks == 10
+
+
+def _v0(*, budget: int, blocks: int, block_size: int = 4, max_num_seqs: int = 256) -> Scheduler:
+    return Scheduler(
+        SchedulerConfig(
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=budget,
+            demand=BlockDemand(block_size=block_size),
+            num_free_blocks=blocks,
+            prefill_first=True,
+        )
+    )
+
+
+def test_v0_runs_prefill_only_steps_of_whole_prompts_before_decoding() -> None:
+    # V0 (vllm/core/scheduler.py::_schedule_default): a step with any admitted prompt holds only prompts.
+    s = _v0(budget=16, blocks=200)
+    a, b, c = SimRequest(0, 10, 3, 0), SimRequest(1, 6, 3, 0), SimRequest(2, 8, 3, 0)
+    s.waiting.extend([a, b, c])
+    assert _run_step(s) == [(0, 10), (1, 6)]  # 16 tokens: C (8 more) does not fit the budget, no chunking
+    assert _run_step(s) == [(2, 8)]  # prompts first even though A and B could decode
+    assert _run_step(s) == [(0, 1), (1, 1), (2, 1)]
+
+
+def test_v0_keeps_a_one_percent_watermark_of_free_blocks() -> None:
+    # 200 blocks → watermark 2. A prompt of 792 tokens needs 198 blocks: 200 − 198 = 2 ≥ 2 → admitted;
+    # one of 796 tokens (199 blocks) would leave 1 < 2 → waits.
+    s = _v0(budget=4096, blocks=200)
+    s.waiting.append(SimRequest(0, 796, 2, 0))
+    assert _run_step(s) == []
+    s2 = _v0(budget=4096, blocks=200)
+    s2.waiting.append(SimRequest(0, 792, 2, 0))
+    assert _run_step(s2) == [(0, 792)]

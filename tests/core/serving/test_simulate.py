@@ -188,3 +188,14 @@ def test_a_plan_that_does_not_fit_is_refused() -> None:
     with pytest.raises(InvalidSpec) as error:
         simulate(_request(max_model_len=131_072, gpu_memory_utilization=0.2), BenchmarkSpec(num_prompts=1))
     assert error.value.field == "model"
+
+
+def test_closed_form_matches_step_by_step_under_v0_scheduling() -> None:
+    request = _request(engine="vllm-0.10", max_model_len=2048)
+    spec = BenchmarkSpec(num_prompts=60, random_input_len=300, random_output_len=80, request_rate=15.0)
+    fast = simulate(request, spec, coefficients=COEFFS)
+    slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
+    assert fast.num_steps == slow.num_steps
+    assert math.isclose(fast.result.duration, slow.result.duration, rel_tol=1e-9)
+    assert math.isclose(fast.result.mean_tpot_ms, slow.result.mean_tpot_ms, rel_tol=1e-9)
+    assert any("V0" in line for line in fast.assumptions)
