@@ -224,6 +224,9 @@ class WorkloadIn(Schema):
     headroom_ratio: Annotated[float, Field(ge=0, le=10)] = Field(
         default=0.2, description="capacity above demand"
     )
+    slo_percentile: Literal["p50", "p99", "mean"] = Field(
+        default="p99", description="where the TTFT and TPOT SLOs are checked in the simulated distribution"
+    )
 
     @model_validator(mode="after")
     def _one_demand(self) -> WorkloadIn:
@@ -270,6 +273,17 @@ class OptionOut(BaseModel):
     cost_per_million_output_tokens_usd: float | None
     num_gpu_blocks: int | None = None
     assumptions: list[str] = Field(default_factory=list)
+    roofline_requests_per_second_per_replica: float | None = Field(
+        default=None, description="the roofline's optimistic bound (no queueing): the sanity ceiling"
+    )
+    simulated_requests_per_second_per_replica: float | None = Field(
+        default=None, description="largest rate one replica sustains within the SLOs in the serving simulator"
+    )
+    simulations: int = 0
+    sizing: Literal["simulated", "roofline", "kv-cache"] = Field(
+        default="simulated",
+        description="simulated; roofline (a sweep option not simulated, optimistic); kv-cache (GPU lacks figures)",
+    )
 
 
 class RecommendationOut(BaseModel):
