@@ -16,6 +16,8 @@ How a case becomes a simulation:
   ShareGPT runs (10–320 prompts) have means far from the dataset's.
 * **Split.** ``fit`` cases may tune the step-time coefficients (``bench/fit_step_coefficients.py``);
   ``held_back`` ones never are. The split is the data's own rule (``tests/data/serving-benchmarks.md``).
+  Each split is also summarised for V1 engines alone: V0 cases are reported but not fitted (see the fitting
+  script for why).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 from service.catalog.builtin import builtin_snapshot
 from service.catalog.snapshot import CatalogSnapshot
+from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import PlanRequest, plan
 from service.core.serving import (
@@ -51,6 +54,7 @@ BARS = {"output_throughput": 0.15, "mean_tpot_ms": 0.15, "mean_ttft_ms": 0.35}
 class PreparedCase:
     case_id: str
     split: str
+    source_group: str = ""
     request: PlanRequest
     benchmark: BenchmarkSpec
     measured: dict[str, float]
@@ -62,6 +66,7 @@ class CaseOutcome:
     split: str
     predicted: dict[str, float]
     measured: dict[str, float]
+    v0: bool = False  # a V0 engine profile (reported, not fitted)
 
     def ratio(self, metric: str) -> float | None:
         m, p = self.measured.get(metric), self.predicted.get(metric)
@@ -151,7 +156,12 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
         )
     measured = {k: float(v) for k, v in case["measured"].items() if isinstance(v, int | float)}
     return PreparedCase(
-        case_id=case["id"], split=case["split"], request=request, benchmark=spec, measured=measured
+        case_id=case["id"],
+        split=case["split"],
+        source_group=str(case.get("source_group") or case["id"]),
+        request=request,
+        benchmark=spec,
+        measured=measured,
     )
 
 
@@ -169,18 +179,20 @@ def prepare_all(cases: Iterable[dict[str, Any]]) -> tuple[list[PreparedCase], li
 
 
 def run_case(case: PreparedCase, coefficients: StepCoefficients) -> CaseOutcome:
+    v0 = resolve_engine(case.request.engine).v0
     try:
         sim = simulate(case.request, case.benchmark, coefficients=coefficients)
-    except InvalidSpec as error:
+    except InvalidSpec:
         return CaseOutcome(
-            case_id=case.case_id, split=case.split, predicted={"error": str(error)}, measured=case.measured
-        )  # type: ignore[dict-item]
+            case_id=case.case_id, split=case.split, predicted={}, measured=case.measured, v0=v0
+        )
     result = sim.result.as_dict()
     return CaseOutcome(
         case_id=case.case_id,
         split=case.split,
         predicted={k: float(v) for k, v in result.items()},
         measured=case.measured,
+        v0=v0,
     )
 
 
@@ -205,8 +217,8 @@ class SplitSummary:
     worst_case: str
 
 
-def summarise(outcomes: Sequence[CaseOutcome], split: str) -> SplitSummary:
-    chosen = [o for o in outcomes if o.split == split]
+def summarise(outcomes: Sequence[CaseOutcome], split: str, *, v1_only: bool = False) -> SplitSummary:
+    chosen = [o for o in outcomes if o.split == split and not (v1_only and o.v0)]
     medians: dict[str, float] = {}
     counts: dict[str, int] = {}
     worst, worst_case = 1.0, ""
@@ -223,7 +235,7 @@ def summarise(outcomes: Sequence[CaseOutcome], split: str) -> SplitSummary:
         medians[metric] = statistics.median(errors) if errors else math.nan
         counts[metric] = len(errors)
     return SplitSummary(
-        split=split,
+        split=f"{split} (V1)" if v1_only else split,
         cases=len(chosen),
         median_abs_error=medians,
         counts=counts,
@@ -241,8 +253,8 @@ def _print_summary(summary: SplitSummary) -> None:
         f"{metric} {summary.median_abs_error[metric] * 100:5.1f} % (n={summary.counts[metric]}, bar ≤ {BARS[metric] * 100:.0f} %)"
         for metric in METRICS
     ]
-    print(f"{summary.split:<9} {summary.cases:>3} cases | median |error|: " + "; ".join(parts))
-    print(f"{'':<9}     max ratio {summary.max_ratio:.2f}× ({summary.worst_case}; bar ≤ 2×)")
+    print(f"{summary.split:<14} {summary.cases:>3} cases | median |error|: " + "; ".join(parts))
+    print(f"{'':<14}     max ratio {summary.max_ratio:.2f}× ({summary.worst_case}; bar ≤ 2×)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -259,11 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             for metric in METRICS:
                 r = o.ratio(metric)
                 cells.append(f"{metric}={'–' if r is None else f'{r:.2f}×'}")
-            print(f"  {o.split:<9} {o.case_id:<58} " + " ".join(cells))
+            print(f"  {o.split:<9} {'V0' if o.v0 else 'V1'} {o.case_id:<58} " + " ".join(cells))
     for case_id, reason in skipped:
         print(f"  skipped {case_id}: {reason}")
     for split in ("fit", "held_back"):
         _print_summary(summarise(outcomes, split))
+        _print_summary(summarise(outcomes, split, v1_only=True))
     return 0
 
 

@@ -211,7 +211,19 @@ class Scheduler:
                 continue
             if new == 1 and simple:
                 # One decode token: a new block per group exactly when the context sits on a boundary.
-                need = full_groups if computed % bs == 0 else 0
+                if computed % bs:
+                    # The common case, kept short: no block, no preemption, no prefix to cache.
+                    scheduled.append((request, 1))
+                    budget -= 1
+                    tokens += 1
+                    if request.generated > 0:
+                        decode_context += computed
+                    else:
+                        pairs += computed + 0.5
+                        prefill_kv += computed + 1
+                    index += 1
+                    continue
+                need = full_groups
             else:
                 need = self._own_blocks_for(request, computed + new) - request.own_blocks
             if need > self.free_blocks:
