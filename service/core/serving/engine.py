@@ -56,6 +56,8 @@ class EngineTrace:
     records: tuple[StepRecord, ...]
     output_events: tuple[tuple[float, float], ...]  # (time, output tokens delivered then)
     num_steps: int
+    num_steps_with_output: int  # steps in which at least one request sampled a token
+    peak_running: int  # most requests running in any step
     num_iterations: int  # loop iterations (single steps + stretches): the simulator's own work
     num_preemptions: int
 
@@ -135,6 +137,8 @@ class Engine:
         self.records: list[StepRecord] = []
         self.output_events: list[tuple[float, float]] = []
         self.num_steps = 0
+        self.num_steps_with_output = 0
+        self.peak_running = 0
         self.num_iterations = 0
         self.num_preemptions = 0
         self._decode_parts: dict[int, tuple[float, float]] = {}  # decode-only step terms by batch size
@@ -165,6 +169,8 @@ class Engine:
 
     def _record(self, tokens: float) -> None:
         s = self.scheduler
+        if len(s.running) > self.peak_running:
+            self.peak_running = len(s.running)
         self.records.append(
             StepRecord(
                 time_seconds=self.clock,
@@ -203,6 +209,8 @@ class Engine:
             records=tuple(self.records),
             output_events=tuple(self.output_events),
             num_steps=self.num_steps,
+            num_steps_with_output=self.num_steps_with_output,
+            peak_running=self.peak_running,
             num_iterations=self.num_iterations,
             num_preemptions=self.num_preemptions,
         )
@@ -261,6 +269,7 @@ class Engine:
             self.itl_samples.append((seconds, float(regular)))
         if sampled:
             self.output_events.append((self.clock, float(sampled)))
+            self.num_steps_with_output += 1
         for request in finished:
             self._finish(request)
 
@@ -340,6 +349,7 @@ class Engine:
             )
         self.clock += duration
         self.num_steps += k
+        self.num_steps_with_output += k
         self.itl_count += k * n
         self.itl_sum += duration * n
         if k <= ITL_SAMPLES_PER_STRETCH:

@@ -6,6 +6,9 @@ log scale:
 1. **Ceiling**: the request throughput of the same workload sent all at once (``--request-rate inf``) — no
    arrival process can complete requests faster than a saturated engine does. It is also the bound a steady
    state above which queues grow without limit.
+   The search never goes above ``CEILING_FRACTION`` (95 %) of it: a finite run at ρ = 1 builds only a short
+   queue and can pass a TTFT target that a steady state at that rate — whose queue grows without bound — would
+   miss.
 2. **Floor**: 2 % of the ceiling. If the SLO fails there, queueing is not the problem (a single prefill or
    decode step is too slow) and the answer is 0.
 3. **False position** (Illinois variant) on ``log(metric / SLO)`` against the rate, between the floor (passes)
@@ -32,6 +35,7 @@ from service.core.serving.step_time import StepCoefficients
 
 PERCENTILES = ("p50", "p99", "mean")
 FLOOR_FRACTION = 0.02
+CEILING_FRACTION = 0.95
 RELATIVE_TOLERANCE = 0.03
 MAX_BISECTIONS = 12
 
@@ -114,7 +118,7 @@ def max_rate_within_slo(
         return RateSearchResult(
             max_request_rate=0.0, at_rate=None, ceiling_request_rate=ceiling, simulations=simulations
         )
-    high_rate = ceiling
+    high_rate = ceiling * CEILING_FRACTION
     high = run(high_rate)
     simulations += 1
     if slo.met_by(high.result):

@@ -75,6 +75,10 @@ class SimulationResult:
     plan: CapacityPlan
     num_steps: int = 0  # engine steps simulated
     prefix_cache_hit_tokens: int = 0
+    peak_running: int = 0  # most requests running in any step (any max_num_seqs ≥ this gives the same run)
+    # Steps in which some request sampled a token: what vLLM's vllm:iteration_tokens_total histogram counts
+    # (vllm/v1/engine/async_llm.py::output_handler records iteration stats only for steps with outputs).
+    num_steps_with_output: int = 0
 
 
 def block_demand(plan: CapacityPlan) -> BlockDemand:
@@ -276,4 +280,6 @@ def simulate(
         plan=plan,
         num_steps=trace.num_steps,
         prefix_cache_hit_tokens=scheduler.prefix_hit_tokens,
+        peak_running=trace.peak_running,
+        num_steps_with_output=trace.num_steps_with_output,
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from service.core.errors import InvalidSpec
 from service.core.planner import PlanRequest, plan
 from service.core.serving import BenchmarkSpec, SloTarget, max_rate_within_slo, simulate
-from service.core.serving.search import RELATIVE_TOLERANCE
+from service.core.serving.search import CEILING_FRACTION, RELATIVE_TOLERANCE
 from tests.core.model_cards import LLAMA_31_8B
 from tests.core.serving.test_simulate import COEFFS
 from tests.core.serving.test_step_time import H100
@@ -43,6 +45,8 @@ def test_the_found_rate_meets_the_slo_and_a_slightly_higher_one_does_not() -> No
     )
     assert not slo.met_by(above.result)
     assert found.simulations <= 10
+    assert found.at_rate.peak_running >= 1
+    assert found.at_rate.num_steps_with_output <= found.at_rate.num_steps
 
 
 def test_an_slo_no_single_request_can_meet_gives_zero() -> None:
@@ -53,12 +57,14 @@ def test_an_slo_no_single_request_can_meet_gives_zero() -> None:
     assert found.max_request_rate == 0.0 and found.at_rate is None
 
 
-def test_a_loose_slo_is_met_at_the_saturation_ceiling() -> None:
+def test_a_loose_slo_stops_just_below_the_saturation_ceiling() -> None:
     slo = SloTarget(ttft_seconds=1e4, tpot_seconds=10.0)
     found = max_rate_within_slo(
         REQUEST, slo, prompt_tokens=256, output_tokens=32, num_prompts=50, coefficients=COEFFS
     )
-    assert found.max_request_rate == found.ceiling_request_rate > 0
+    # Never the ceiling itself: a steady state at ρ = 1 has an unbounded queue.
+    assert math.isclose(found.max_request_rate, CEILING_FRACTION * found.ceiling_request_rate)
+    assert found.ceiling_request_rate > 0
 
 
 def test_slo_values_are_validated() -> None:

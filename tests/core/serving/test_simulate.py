@@ -199,3 +199,13 @@ def test_closed_form_matches_step_by_step_under_v0_scheduling() -> None:
     assert math.isclose(fast.result.duration, slow.result.duration, rel_tol=1e-9)
     assert math.isclose(fast.result.mean_tpot_ms, slow.result.mean_tpot_ms, rel_tol=1e-9)
     assert any("V0" in line for line in fast.assumptions)
+
+
+def test_steps_with_output_leave_out_steps_of_partial_prefill_chunks() -> None:
+    # One prompt of 20,000 tokens with the default 8,192-token budget: chunks of 8,192, 8,192 and 3,616 — the
+    # first two sample nothing — then 4 decode steps: 7 steps, 5 of them with output; one request running.
+    request = _request(max_model_len=32_768)
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((20_000, 5),))
+    sim = simulate(request, spec, coefficients=COEFFS)
+    assert sim.plan.settings.max_num_batched_tokens == 8192
+    assert (sim.num_steps, sim.num_steps_with_output, sim.peak_running) == (7, 5, 1)
