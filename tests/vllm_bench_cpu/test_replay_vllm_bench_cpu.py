@@ -1,0 +1,101 @@
+"""The serving simulator against what a real vLLM 0.32.0 (CPU build) measured under ``vllm bench serve``.
+
+The runs in ``tests/data/vllm_bench_cpu/`` were recorded by ``tests/e2e/record_vllm_bench.py`` (the machine,
+server flags and versions are in its ``machine.json``; the README there has the table of figures). The step-time
+coefficients in ``fitted_coefficients.json`` were fitted on the calibration run only (closed loop at
+concurrency 4); every other run — all requests at once (the KV pool runs out, vLLM preempts), Poisson at 0.75
+and 1.5 requests/s — is a prediction. No vLLM is started here.
+
+What is asserted, and how tightly (``checks.py``):
+
+* exact: every request completed, with exactly the prompt and output tokens the simulator was given, and the
+  simulator reports the same ``completed``, ``total_input_tokens`` and ``total_output_tokens``; vLLM's own
+  token and request counters moved by the same totals; vLLM's KV pool has the plan's block count;
+* scheduler: the simulated number of engine steps is within ±10 % of vLLM's (``vllm:iteration_tokens_total``
+  observations); the simulation preempts in exactly the runs where vLLM did;
+* predictions (relative, per non-calibration run): duration, output throughput, mean/median TPOT, mean ITL and
+  mean/median E2EL within ±25 %, median ITL ±30 %, mean TTFT ±50 % and median TTFT ±60 %; TTFT is the loosest
+  because at low load it is a single prefill step whose CPU time a neighbour's load on the shared two-core VM
+  stretches most; p99 values are reported in the README, not asserted (one or two requests decide them);
+* orderings: duration, mean TTFT and mean TPOT rank the runs as vLLM's measurements do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from service.core.planner import plan as make_plan
+from tests.vllm_bench_cpu import checks, replay
+
+CASE = replay.load_case()
+FIT = json.loads((replay.DATA_DIR / "fitted_coefficients.json").read_text())
+COEFFICIENTS = replay.coefficients_from_json(FIT)
+PREDICTED = CASE.runs[1:]
+
+
+def test_vllm_allocated_exactly_the_kv_blocks_of_the_plan_the_simulator_runs_on() -> None:
+    plan = make_plan(replay.plan_request(CASE))
+    info = CASE.machine["vllm_cache_config_info"]
+    assert plan.kv_cache.num_gpu_blocks == int(info["num_gpu_blocks"]) == 12
+    assert plan.kv_cache.block_size == int(info["block_size"])
+    assert (plan.settings.max_num_seqs, plan.settings.max_num_batched_tokens) == (8, 128)
+    assert plan.settings.async_scheduling is False  # vllm/platforms/cpu.py turns it off
+
+
+@pytest.mark.parametrize("run", CASE.runs, ids=lambda r: r.name)
+def test_vllm_served_every_request_with_exactly_the_tokens_the_simulator_was_given(
+    run: replay.RecordedRun,
+) -> None:
+    checks.assert_exact_counts(CASE, run, COEFFICIENTS)
+
+
+@pytest.mark.parametrize("run", CASE.runs, ids=lambda r: r.name)
+def test_the_simulated_scheduler_runs_as_many_engine_steps_and_preempts_when_vllm_does(
+    run: replay.RecordedRun,
+) -> None:
+    checks.assert_scheduler_matches(CASE, run, COEFFICIENTS)
+
+
+def test_the_stored_coefficients_are_a_minimum_of_the_calibration_fit() -> None:
+    calibration = CASE.calibration
+    assert FIT["calibration_run"] == calibration.name
+    request = replay.plan_request(CASE)
+    assert FIT["gpu"]["bf16_dense_flops_per_second"] == request.gpu.bf16_dense_flops_per_second  # type: ignore[union-attr]
+
+    def loss(coefficients: replay.StepCoefficients) -> float:
+        return replay.calibration_loss(CASE, coefficients)
+
+    best = loss(COEFFICIENTS)
+    assert best == pytest.approx(FIT["loss"], abs=1e-6)
+    for name in replay.FITTED:
+        value = getattr(COEFFICIENTS, name)
+        for factor in (0.9, 1.1):
+            trial = replace(
+                COEFFICIENTS, **{name: min(1.0, value * factor) if "efficiency" in name else value * factor}
+            )
+            assert loss(trial) >= best - 1e-9, (name, factor)
+
+
+@pytest.mark.parametrize("run", PREDICTED, ids=lambda r: r.name)
+def test_the_fit_on_the_calibration_run_predicts_this_rate_within_the_stated_tolerances(
+    run: replay.RecordedRun,
+) -> None:
+    checks.assert_prediction_within_tolerances(CASE, run, COEFFICIENTS)
+
+
+def test_the_simulator_orders_the_runs_as_vllm_measured_them() -> None:
+    checks.assert_orderings(CASE, COEFFICIENTS)
+
+
+def test_the_tolerances_reject_a_step_time_model_off_by_half() -> None:
+    slow = replace(COEFFICIENTS, time_scale=1.5)
+    failures = 0
+    for run in PREDICTED:
+        try:
+            checks.assert_prediction_within_tolerances(CASE, run, slow)
+        except AssertionError:
+            failures += 1
+    assert failures == len(PREDICTED)
