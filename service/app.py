@@ -25,6 +25,7 @@ from service.db.session import create_engine, create_sessionmaker
 from service.deployments.router import router as deployments_router
 from service.deployments.service import DeploymentsHolder
 from service.exporter.collector import admission_metrics
+from service.exporter.latency import LatencyPredictions
 from service.exporter.pipeline import Predictions, run_live_loop
 from service.exporter.router import router as metrics_router
 from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
@@ -33,6 +34,7 @@ from service.logs import configure_logging
 from service.planning.calibration import CalibrationHolder
 from service.planning.router import PlanCache
 from service.planning.router import router as planning_router
+from service.planning.step_time_calibration import StepTimeScales
 from service.settings import Settings, get_settings
 
 logger = logging.getLogger("kvcap.app")
@@ -81,7 +83,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await start_catalog(app)
     app.state.deployments = DeploymentsHolder()
     app.state.calibrations = CalibrationHolder()
-    for holder in (app.state.deployments, app.state.calibrations):
+    app.state.step_time_scales = StepTimeScales()
+    app.state.latency_predictions = LatencyPredictions()
+    for holder in (app.state.deployments, app.state.calibrations, app.state.step_time_scales):
         try:
             await holder.reload(app.state.sessionmaker)
         except Exception as exc:
@@ -95,6 +99,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await app.state.catalog.reload(app.state.sessionmaker)
         await app.state.deployments.reload(app.state.sessionmaker)
         await app.state.calibrations.reload(app.state.sessionmaker)
+        await app.state.step_time_scales.reload(app.state.sessionmaker)
 
     app.state.predictions = Predictions()
     app.state.live = live = LiveManager.from_settings(settings)

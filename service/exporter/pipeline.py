@@ -10,7 +10,10 @@ Every ``KVCAP_SCRAPE_INTERVAL_SECONDS`` one replica:
    per-target timeouts and size caps, never blocking ``/metrics``);
 4. records each healthy replica's reported ``num_gpu_blocks`` as a calibration of its configuration, when the
    block size vLLM reports is the one the plan predicted (otherwise the registration does not describe what
-   runs, and the observation would teach the wrong lesson).
+   runs, and the observation would teach the wrong lesson);
+5. simulates each observed deployment at the load its latency histograms show, exports predicted next to
+   observed latency, and stores the step-time scale fitted from them (``service.exporter.latency``; in a
+   worker thread, bounded per refresh).
 
 ``GET /metrics`` only renders the latest snapshots; it never waits on a target or the database.
 """
@@ -32,11 +35,13 @@ from service.deployments.schemas import DeploymentPlan, DeploymentRead
 from service.deployments.service import deployment_plan
 from service.errors import ServiceError
 from service.exporter.collector import PredictedCapacity
+from service.exporter.latency import LatencyPredictions, record_step_times
 from service.live.coordination import Coordinator
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget
 from service.live.schemas import parse_live_source
 from service.planning.calibration import CalibrationHolder, record_observation
 from service.planning.schemas import PlanResponse
+from service.planning.step_time_calibration import StepTimeScales
 
 logger = logging.getLogger("kvcap.live")
 
@@ -154,6 +159,19 @@ async def record_calibrations(
     return recorded
 
 
+async def refresh_latency(
+    app: FastAPI, owned: Sequence[DeploymentRead], observations: Mapping[DeploymentKey, DeploymentObservation]
+) -> None:
+    """Step 5 of the loop: predictions in a worker thread, then the fits stored and the scales reloaded."""
+    latency: LatencyPredictions | None = getattr(app.state, "latency_predictions", None)
+    scales: StepTimeScales | None = getattr(app.state, "step_time_scales", None)
+    if latency is None or scales is None:
+        return
+    fits = await asyncio.to_thread(latency.update, app.state.catalog.snapshot, owned, observations, scales)
+    if await record_step_times(app.state.sessionmaker, fits):
+        await scales.reload(app.state.sessionmaker)
+
+
 async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinator, interval_s: float) -> None:
     """The loop described in the module docstring; a failed tick is logged and retried on the next one."""
     predictions: Predictions = app.state.predictions
@@ -169,6 +187,7 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
             if await record_calibrations(app.state.sessionmaker, live.observations, predictions):
                 await app.state.calibrations.reload(app.state.sessionmaker)
                 predictions.update(app.state.catalog, owned, app.state.calibrations)
+            await refresh_latency(app, owned, live.observations)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -26,7 +26,8 @@ async def metrics(request: Request) -> Response:
     live: LiveManager | None = getattr(request.app.state, "live", None)
     predictions = getattr(request.app.state, "predictions", None)
     capacities = predictions.capacities if predictions is not None else {}
-    latency = getattr(predictions, "latency", None) or {}
+    latency_predictions = getattr(request.app.state, "latency_predictions", None)
+    latency = latency_predictions.latency if latency_predictions is not None else {}
     observations = live.observations if live is not None else {}
     self_metrics = SelfMetrics.of(live) if live is not None else None
     body = await asyncio.to_thread(

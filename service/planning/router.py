@@ -122,5 +122,11 @@ async def create_simulation(request: Request, body: SimulationRequestBody) -> Si
     ``benchmark.num_prompts``.
     """
     snapshot = catalog_snapshot(request).snapshot
-    job = partial(make_simulation, snapshot, body, limits=simulation_limits(request.app.state.settings))
+    job = partial(
+        make_simulation,
+        snapshot,
+        body,
+        scales=getattr(request.app.state, "step_time_scales", None),
+        limits=simulation_limits(request.app.state.settings),
+    )
     return await anyio.to_thread.run_sync(job, limiter=_SIMULATIONS)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from service.catalog.snapshot import CatalogSnapshot
 from service.core.errors import InvalidSpec
+from service.core.planner import CapacityPlan, PlanRequest, plan
 from service.core.serving import (
     DEFAULT_STEP_COEFFICIENTS,
     BenchmarkSpec,
@@ -33,6 +35,8 @@ from service.planning.schemas import (
     BenchmarkIn,
     BenchmarkResultOut,
     ErrorBandOut,
+    PlanRequestBody,
+    PlanResponse,
     PlanSummaryOut,
     SettingsOut,
     SimulationOut,
@@ -40,7 +44,8 @@ from service.planning.schemas import (
     Subject,
     TimelinePointOut,
 )
-from service.planning.service import build_request, resolve_gpu_ref, resolve_model_ref
+from service.planning.service import build_request, resolve_gpu_ref, resolve_model_ref, to_response
+from service.planning.step_time_calibration import StepTimeScales
 from service.settings import Settings
 
 API_LIMITS = SimulationLimits(
@@ -130,29 +135,60 @@ def simulation_out(
     )
 
 
-def make_simulation(
-    snapshot: CatalogSnapshot,
-    body: SimulationRequestBody,
-    *,
-    step_time_scale: float = 1.0,
-    limits: SimulationLimits = API_LIMITS,
-) -> SimulationOut:
-    """Resolve, simulate, shape (pure CPU; call it from a worker thread in async code)."""
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A resolved replica: the core's request and plan, and the plan as ``/v1/plans`` shows it (its key)."""
+
+    request: PlanRequest
+    plan: CapacityPlan
+    response: PlanResponse
+    model: Subject
+    gpu: Subject | None
+
+
+def resolve_replica(snapshot: CatalogSnapshot, body: PlanRequestBody) -> Replica:
+    """Resolve the model and GPU and plan once (422 naming the field for anything vLLM would refuse)."""
     resolved = resolve_model_ref(snapshot, body.model)
     gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
     if gpu is None:
         raise Unprocessable.for_field("gpu", "a GPU is needed to time the engine steps")
-    spec = benchmark_spec(body.benchmark)
     request = build_request(
         resolved.spec, gpu, body, implied_quantization=resolved.implied_quantization, suggest=False
     )
     try:
-        sim = simulate(request, spec, coefficients=scaled_coefficients(step_time_scale), limits=limits)
+        result = plan(request)
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None
-    return simulation_out(
-        sim, model=resolved.subject, gpu=gpu_subject, benchmark=body.benchmark, scale=step_time_scale
-    )
+    response = to_response(result, model=resolved.subject, gpu=gpu_subject)
+    return Replica(request=request, plan=result, response=response, model=resolved.subject, gpu=gpu_subject)
+
+
+def make_simulation(
+    snapshot: CatalogSnapshot,
+    body: SimulationRequestBody,
+    *,
+    scales: StepTimeScales | None = None,
+    limits: SimulationLimits = API_LIMITS,
+) -> SimulationOut:
+    """Resolve, simulate, shape (pure CPU; call it from a worker thread in async code).
+
+    ``scales``: the step-time calibrations fitted from live deployments; the configuration's own scale is used
+    when one exists (``step_time_scale`` in the answer says which).
+    """
+    spec = benchmark_spec(body.benchmark)
+    replica = resolve_replica(snapshot, body)
+    scale = scales.scale_for(replica.response) if scales is not None else 1.0
+    try:
+        sim = simulate(
+            replica.request,
+            spec,
+            plan=replica.plan,
+            coefficients=scaled_coefficients(scale),
+            limits=limits,
+        )
+    except InvalidSpec as exc:
+        raise Unprocessable.for_field(exc.field, exc.message) from None
+    return simulation_out(sim, model=replica.model, gpu=replica.gpu, benchmark=body.benchmark, scale=scale)
 
 
 def _line(label: str, value: object, fmt: str = "") -> str:
