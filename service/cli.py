@@ -247,8 +247,10 @@ def _workload(
     ttft_slo: float | None,
     tpot_slo: float | None,
     headroom: float,
+    slo_percentile: str = "p99",
 ) -> dict[str, object]:
     return {
+        "slo_percentile": slo_percentile,
         "requests_per_second": requests_per_second,
         "concurrent_users": concurrent_users,
         "prompt_tokens": prompt_tokens,
@@ -278,6 +280,9 @@ PromptOpt = Annotated[int, typer.Option(help="mean prompt tokens")]
 OutputOpt = Annotated[int, typer.Option(help="mean output tokens")]
 P95Opt = Annotated[int | None, typer.Option()]
 SloOpt = Annotated[float | None, typer.Option()]
+PercentileOpt = Annotated[
+    str, typer.Option(help="where the SLOs are checked in the simulated distribution: p50, p99 or mean")
+]
 
 
 @app.command()
@@ -293,6 +298,7 @@ def recommend(
     ttft_slo: Annotated[float | None, typer.Option(help="p95 time-to-first-token SLO, seconds")] = None,
     tpot_slo: Annotated[float | None, typer.Option(help="time-per-output-token SLO, seconds")] = None,
     headroom: Annotated[float, typer.Option(help="capacity above demand (0.2 = 20 %)")] = 0.2,
+    slo_percentile: PercentileOpt = "p99",
     tensor_parallel_sizes: Annotated[str | None, typer.Option("--tp", help="candidates, e.g. 1,2,4")] = None,
     engine: Annotated[str | None, typer.Option()] = None,
     max_model_len: Annotated[int | None, typer.Option()] = None,
@@ -322,6 +328,7 @@ def recommend(
             ttft_slo,
             tpot_slo,
             headroom,
+            slo_percentile,
         ),
     }
     try:
@@ -356,6 +363,7 @@ def sweep(
     ttft_slo: SloOpt = None,
     tpot_slo: SloOpt = None,
     headroom: Annotated[float, typer.Option()] = 0.2,
+    slo_percentile: PercentileOpt = "p99",
     gpus: Annotated[str | None, typer.Option(help="comma-separated catalog GPUs (default: all)")] = None,
     tensor_parallel_sizes: Annotated[str | None, typer.Option("--tp")] = None,
     engine: Annotated[str | None, typer.Option()] = None,
@@ -382,6 +390,7 @@ def sweep(
             ttft_slo,
             tpot_slo,
             headroom,
+            slo_percentile,
         ),
     }
     try:
