@@ -384,23 +384,20 @@ def _slo_text(workload: Workload) -> str:
     return f"{workload.slo_percentile} " + " and ".join(parts) if parts else "no SLO (saturated throughput)"
 
 
-@lru_cache(maxsize=2048)
+@lru_cache(maxsize=512)
 def _rate_search(
     request: PlanRequest, slo: SloTarget, prompt_tokens: int, output_tokens: int, num_prompts: int
-) -> tuple[RateSearchResult, int]:
-    """``max_rate_within_slo`` for one configuration, cached (requests, SLOs and lengths are all hashable)."""
+) -> tuple[RateSearchResult, int, int]:
+    """``max_rate_within_slo`` for one configuration, cached (requests, SLOs and lengths are all hashable):
+    the result without its timeline (kept small), the simulations it ran, and the peak of running requests."""
     found = max_rate_within_slo(
         request, slo, prompt_tokens=prompt_tokens, output_tokens=output_tokens, num_prompts=num_prompts
     )
-    return found, found.simulations
-
-
-def _peak_running(found: RateSearchResult) -> int:
     sim = found.at_rate
     if sim is None:
-        return 0
-    peak = getattr(sim, "peak_running", None)
-    return int(peak) if peak else max((p.running for p in sim.timeline), default=0)
+        return found, found.simulations, 0
+    peak = getattr(sim, "peak_running", None) or max((p.running for p in sim.timeline), default=0)
+    return replace(found, at_rate=replace(sim, timeline=())), found.simulations, int(peak)
 
 
 def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Search) -> _Simulated:
@@ -408,8 +405,7 @@ def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Se
     slo = _slo_target(workload)
     lengths = (workload.prompt_tokens, workload.output_tokens, search.num_prompts)
     at_cap = with_changes(request, max_num_seqs=cap, suggest=False, detail=False)
-    best, simulations = _rate_search(at_cap, slo, *lengths)
-    peak = _peak_running(best)
+    best, simulations, peak = _rate_search(at_cap, slo, *lengths)
     chosen_mns, chosen = cap, best
     reasons = [
         f"simulated: one replica sustains {best.max_request_rate:.2f} req/s within {_slo_text(workload)} "
@@ -419,7 +415,7 @@ def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Se
     # (the sampled timeline can miss the exact peak, so even the first candidate is verified).
     candidate = min(peak, cap - 1) if search.search_max_num_seqs and best.max_request_rate > 0 else 0
     while candidate >= 1:
-        trial, runs = _rate_search(
+        trial, runs, _ = _rate_search(
             with_changes(request, max_num_seqs=candidate, suggest=False, detail=False), slo, *lengths
         )
         simulations += runs
