@@ -16,8 +16,9 @@ How a case becomes a simulation:
   ShareGPT runs (10–320 prompts) have means far from the dataset's.
 * **Split.** ``fit`` cases may tune the step-time coefficients (``bench/fit_step_coefficients.py``);
   ``held_back`` ones never are. The split is the data's own rule (``tests/data/serving-benchmarks.md``).
-  Each split is also summarised for V1 engines alone: V0 cases are reported but not fitted (see the fitting
-  script for why).
+  Each split is also summarised for the kind of case the coefficients are fitted on — V1 engines with their
+  GPUs in one host; V0 engines and tensor parallelism across Ray-joined pods are reported but not fitted
+  (see the fitting script for why).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class PreparedCase:
     case_id: str
     split: str
     source_group: str = ""
+    across_pods: bool = False  # TP GPUs in different pods joined by Ray (the data's notes say so)
     request: PlanRequest
     benchmark: BenchmarkSpec
     measured: dict[str, float]
@@ -67,6 +69,7 @@ class CaseOutcome:
     predicted: dict[str, float]
     measured: dict[str, float]
     v0: bool = False  # a V0 engine profile (reported, not fitted)
+    across_pods: bool = False  # TP through Ray across pods (reported, not fitted)
 
     def ratio(self, metric: str) -> float | None:
         m, p = self.measured.get(metric), self.predicted.get(metric)
@@ -159,6 +162,8 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
         case_id=case["id"],
         split=case["split"],
         source_group=str(case.get("source_group") or case["id"]),
+        across_pods="joined by Ray" in (case.get("notes") or "")
+        or "through Ray" in (case.get("notes") or ""),
         request=request,
         benchmark=spec,
         measured=measured,
@@ -193,6 +198,7 @@ def run_case(case: PreparedCase, coefficients: StepCoefficients) -> CaseOutcome:
         predicted={k: float(v) for k, v in result.items()},
         measured=case.measured,
         v0=v0,
+        across_pods=case.across_pods,
     )
 
 
@@ -218,7 +224,8 @@ class SplitSummary:
 
 
 def summarise(outcomes: Sequence[CaseOutcome], split: str, *, v1_only: bool = False) -> SplitSummary:
-    chosen = [o for o in outcomes if o.split == split and not (v1_only and o.v0)]
+    """``v1_only``: the cases of the kind the coefficients are fitted on (V1 engines, TP within one host)."""
+    chosen = [o for o in outcomes if o.split == split and not (v1_only and (o.v0 or o.across_pods))]
     medians: dict[str, float] = {}
     counts: dict[str, int] = {}
     worst, worst_case = 1.0, ""
@@ -235,7 +242,7 @@ def summarise(outcomes: Sequence[CaseOutcome], split: str, *, v1_only: bool = Fa
         medians[metric] = statistics.median(errors) if errors else math.nan
         counts[metric] = len(errors)
     return SplitSummary(
-        split=f"{split} (V1)" if v1_only else split,
+        split=f"{split} (V1, 1 host)" if v1_only else split,
         cases=len(chosen),
         median_abs_error=medians,
         counts=counts,
@@ -253,8 +260,8 @@ def _print_summary(summary: SplitSummary) -> None:
         f"{metric} {summary.median_abs_error[metric] * 100:5.1f} % (n={summary.counts[metric]}, bar ≤ {BARS[metric] * 100:.0f} %)"
         for metric in METRICS
     ]
-    print(f"{summary.split:<14} {summary.cases:>3} cases | median |error|: " + "; ".join(parts))
-    print(f"{'':<14}     max ratio {summary.max_ratio:.2f}× ({summary.worst_case}; bar ≤ 2×)")
+    print(f"{summary.split:<22} {summary.cases:>3} cases | median |error|: " + "; ".join(parts))
+    print(f"{'':<22}     max ratio {summary.max_ratio:.2f}× ({summary.worst_case}; bar ≤ 2×)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -271,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for metric in METRICS:
                 r = o.ratio(metric)
                 cells.append(f"{metric}={'–' if r is None else f'{r:.2f}×'}")
-            print(f"  {o.split:<9} {'V0' if o.v0 else 'V1'} {o.case_id:<58} " + " ".join(cells))
+            kind = "V0" if o.v0 else "V1 Ray pods" if o.across_pods else "V1"
+            print(f"  {o.split:<9} {kind:<11} {o.case_id:<58} " + " ".join(cells))
     for case_id, reason in skipped:
         print(f"  skipped {case_id}: {reason}")
     for split in ("fit", "held_back"):

@@ -163,9 +163,15 @@ class Engine:
         return math.inf
 
     def _finish(self, request: SimRequest) -> None:
+        """The client has its last token. Under async scheduling the scheduler had already given the request
+        its next step (output placeholders, ``Scheduler.schedule`` 0.15+): it holds its slot and blocks for one
+        more step, whose token is discarded."""
         request.finish_seconds = self.clock
-        self.scheduler.finish(request)
         self.gate.release(self.clock)
+        if self.model.async_scheduling:
+            request.lagging = True
+        else:
+            self.scheduler.finish(request)
 
     def _record(self, tokens: float) -> None:
         s = self.scheduler
@@ -241,7 +247,11 @@ class Engine:
         clock = self.clock
         irregular = self.itl_samples
         finished: list[SimRequest] = []
+        released: list[SimRequest] = []
         for request, new in step.scheduled:
+            if request.lagging:
+                released.append(request)
+                continue
             computed = request.computed + new
             request.computed = computed
             if computed < request.num_tokens:
@@ -270,6 +280,8 @@ class Engine:
         if sampled:
             self.output_events.append((self.clock, float(sampled)))
             self.num_steps_with_output += 1
+        for request in released:
+            s.finish(request)
         for request in finished:
             self._finish(request)
 
@@ -303,7 +315,7 @@ class Engine:
         context = 0
         for request in reversed(running):
             computed = request.computed
-            if request.generated == 0 or computed != request.num_tokens - 1:
+            if request.generated == 0 or computed != request.num_tokens - 1 or request.lagging:
                 return False
             left = request.output_tokens - request.generated
             if left < k:

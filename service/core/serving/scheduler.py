@@ -46,6 +46,7 @@ class SimRequest:
         "first_token_seconds",
         "generated",
         "index",
+        "lagging",
         "last_token_seconds",
         "num_preemptions",
         "num_tokens",
@@ -68,6 +69,8 @@ class SimRequest:
         self.own_blocks = 0  # blocks this request holds alone (per KV group sum)
         self.shared_blocks = 0  # token-blocks of the shared prefix it references in the cache
         self.num_preemptions = 0
+        # Async scheduling: finished, but already scheduled for one more step before the engine saw it finish.
+        self.lagging = False
         self.arrival_seconds = 0.0  # scheduled send time (before the client gate)
         self.send_seconds = 0.0  # actual send time (after the gate) = engine arrival
         self.first_token_seconds = -1.0
@@ -172,6 +175,8 @@ class Scheduler:
         victim = self.running.pop()
         self.free_blocks += victim.own_blocks
         victim.own_blocks = 0
+        if victim.lagging:
+            return victim  # already finished (async lag): freeing it is all a preemption does
         victim.shared_blocks = 0
         victim.computed = 0
         victim.num_preemptions += 1

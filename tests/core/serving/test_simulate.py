@@ -204,8 +204,17 @@ def test_closed_form_matches_step_by_step_under_v0_scheduling() -> None:
 def test_steps_with_output_leave_out_steps_of_partial_prefill_chunks() -> None:
     # One prompt of 20,000 tokens with the default 8,192-token budget: chunks of 8,192, 8,192 and 3,616 — the
     # first two sample nothing — then 4 decode steps: 7 steps, 5 of them with output; one request running.
-    request = _request(max_model_len=32_768)
+    request = _request(max_model_len=32_768, async_scheduling=False)
     spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((20_000, 5),))
     sim = simulate(request, spec, coefficients=COEFFS)
     assert sim.plan.settings.max_num_batched_tokens == 8192
     assert (sim.num_steps, sim.num_steps_with_output, sim.peak_running) == (7, 5, 1)
+
+
+def test_async_scheduling_runs_one_more_step_for_a_finished_request() -> None:
+    # With async scheduling step n+1 is scheduled before step n's output is seen, so a request that got its
+    # last token is scheduled once more (its token discarded): 8 steps instead of 7, still 5 with output,
+    # and the client's timings are those of the 7 steps.
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((20_000, 5),))
+    lagged = simulate(_request(max_model_len=32_768, async_scheduling=True), spec, coefficients=COEFFS)
+    assert (lagged.num_steps, lagged.num_steps_with_output) == (8, 5)
