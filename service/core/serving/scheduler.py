@@ -202,8 +202,9 @@ class Scheduler:
         bs = demand.block_size
         full_groups = demand.full_groups
         running = self.running
+        count = len(running)  # kept in step with preemptions (which pop from the end)
         index = 0
-        while index < len(running) and budget > 0:
+        while index < count and budget > 0:
             request = running[index]
             computed = request.computed
             new = request.num_tokens - computed
@@ -235,6 +236,7 @@ class Scheduler:
                 scheduled_self = True
                 while need > self.free_blocks:
                     victim = self._preempt_last()
+                    count -= 1
                     preempted += 1
                     if victim is request:
                         scheduled_self = False
