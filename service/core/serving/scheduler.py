@@ -17,6 +17,12 @@ V1 defaults):
    of its prompt already cached count as computed (at most ``num_tokens − 1`` tokens, so one token is always
    computed; ``KVCacheManager.get_computed_blocks``). Its first chunk is ``min(remaining, budget)`` tokens
    (chunked prefill); if the blocks for that chunk are not free it waits (waiting requests never preempt).
+   From vLLM 0.19 (PR #37307, merged 2026-03-24; ``SchedulerConfig.scheduler_reserve_full_isl``, on by
+   default as read in 0.32, ``allocate_slots(full_sequence_must_fit=True)``) it also waits unless the free
+   pool holds its *whole* current sequence (prompt + tokens generated before a preemption, at most
+   ``max_model_len``) less its prefix hits: admitting on the first chunk alone made long requests thrash
+   (admitted, then preempted a few chunks later). The rule was found missing by the real-vLLM check
+   (``tests/data/vllm_bench_cpu``).
 3. After the step, every scheduled request's ``num_computed_tokens`` grows by what it was given; a request
    whose computed tokens reach its token count samples one token; one that reaches its ``max_tokens``
    finishes and frees its blocks.
@@ -120,6 +126,9 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0  # 0: off (vLLM's default)
     demand: BlockDemand
     prefill_first: bool = False  # V0 engine: prefill-only steps, whole prompts, no chunking
+    # Admit a waiting/preempted request only if its whole current sequence fits (0.19+, see module docstring).
+    reserve_full_sequence: bool = False
+    max_model_len: int = 1 << 30
     num_free_blocks: int  # usable blocks of the pool (the null block excluded)
 
 
@@ -268,6 +277,11 @@ class Scheduler:
                 new = min(new, budget)
                 shared = hit // bs
                 own_needed = demand.blocks(hit + new) - full_groups * shared - request.own_blocks
+                if cfg.reserve_full_sequence:
+                    whole = min(request.num_tokens, cfg.max_model_len)
+                    full_needed = demand.blocks(whole) - full_groups * shared - request.own_blocks
+                    if full_needed > self.free_blocks:
+                        break
                 if own_needed > self.free_blocks:
                     break
                 self.waiting.popleft()
@@ -389,7 +403,8 @@ class Scheduler:
             if head.shared_prefix_tokens
             else 0
         )
-        lower = cfg.demand.blocks(new) - cfg.demand.full_groups * best_hit_blocks
+        tokens = min(head.num_tokens, cfg.max_model_len) if cfg.reserve_full_sequence else new
+        lower = cfg.demand.blocks(max(new, tokens)) - cfg.demand.full_groups * best_hit_blocks
         return lower - head.own_blocks > self.free_blocks
 
     def finish(self, request: SimRequest) -> None:

@@ -33,6 +33,8 @@ from service.core.specs import LayerType
 from service.core.units import cdiv
 
 TIMELINE_POINTS = 200
+# First release whose scheduler admits a request only when its whole sequence fits (vLLM PR #37307).
+RESERVE_FULL_SEQUENCE_FROM = (0, 19)
 # ± fraction around predicted throughput/latency: the held-back median |error| of ``make accuracy``
 # (bench/serving_accuracy.py), rounded up.
 ERROR_BAND_RATIO = 0.25
@@ -227,6 +229,7 @@ def simulate(
         sim_requests.append(r)
 
     settings = plan.settings
+    profile = resolve_engine(settings.engine)
     demand = block_demand(plan)
     scheduler = Scheduler(
         SchedulerConfig(
@@ -234,7 +237,10 @@ def simulate(
             max_num_batched_tokens=settings.max_num_batched_tokens,
             demand=demand,
             num_free_blocks=plan.kv_cache.usable_blocks,
-            prefill_first=resolve_engine(settings.engine).v0,
+            prefill_first=profile.v0,
+            reserve_full_sequence=profile.version is not None
+            and profile.version >= RESERVE_FULL_SEQUENCE_FROM,
+            max_model_len=settings.max_model_len,
         )
     )
     step_model = StepTimeModel.build(

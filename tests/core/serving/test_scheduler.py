@@ -177,3 +177,25 @@ def test_v0_keeps_a_one_percent_watermark_of_free_blocks() -> None:
     s2 = _v0(budget=4096, blocks=200)
     s2.waiting.append(SimRequest(0, 792, 2, 0))
     assert _run_step(s2) == [(0, 792)]
+
+
+def test_from_019_a_request_waits_until_its_whole_sequence_fits() -> None:
+    # vLLM PR #37307 (scheduler_reserve_full_isl): 5 blocks of 4 tokens, an 8-token budget.
+    def scheduler(reserve: bool) -> Scheduler:
+        return Scheduler(
+            SchedulerConfig(
+                max_num_seqs=8,
+                max_num_batched_tokens=8,
+                demand=BlockDemand(block_size=4),
+                num_free_blocks=5,
+                reserve_full_sequence=reserve,
+            )
+        )
+
+    for reserve, expected in ((False, [(0, 4), (1, 4)]), (True, [(0, 4)])):
+        s = scheduler(reserve)
+        a, b = SimRequest(0, 4, 9, 0), SimRequest(1, 20, 2, 0)
+        s.waiting.extend([a, b])
+        # A: 4 tokens, 1 block (4 free). B's first chunk (4 tokens) needs 1 block; its whole 20-token prompt
+        # needs 5 — only admitted without the full-sequence rule (vLLM ≤ 0.18).
+        assert _run_step(s) == expected, reserve
