@@ -37,7 +37,12 @@ from service.core.dtypes import MODEL_DTYPE_BYTES
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest, batch_defaults, plan, with_changes
-from service.core.serving import RateSearchResult, SloTarget, max_rate_within_slo
+from service.core.serving import (
+    DEFAULT_STEP_COEFFICIENTS,
+    RateSearchResult,
+    SloTarget,
+    max_rate_within_slo,
+)
 from service.core.specs import GpuSpec
 from service.core.throughput import decode_step_seconds, max_batch_within_tpot, prefill_seconds
 from service.core.units import fmt_int
@@ -281,6 +286,8 @@ class Search:
     simulate: bool = True
     num_prompts: int = SEARCH_NUM_PROMPTS
     search_max_num_seqs: bool = True
+    time_scale: float = 1.0
+    """``StepCoefficients.time_scale`` for the simulations: a step-time scale fitted from live latency."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -365,6 +372,7 @@ class _Simulated:
     max_num_seqs: int
     simulations: int
     reasons: tuple[str, ...]
+    time_scale: float = 1.0
 
 
 def _slo_target(workload: Workload) -> SloTarget:
@@ -386,12 +394,27 @@ def _slo_text(workload: Workload) -> str:
 
 @lru_cache(maxsize=512)
 def _rate_search(
-    request: PlanRequest, slo: SloTarget, prompt_tokens: int, output_tokens: int, num_prompts: int
+    request: PlanRequest,
+    slo: SloTarget,
+    prompt_tokens: int,
+    output_tokens: int,
+    num_prompts: int,
+    time_scale: float = 1.0,
 ) -> tuple[RateSearchResult, int, int]:
     """``max_rate_within_slo`` for one configuration, cached (requests, SLOs and lengths are all hashable):
     the result without its timeline (kept small), the simulations it ran, and the peak of running requests."""
+    coefficients = (
+        None
+        if time_scale == 1.0
+        else replace(DEFAULT_STEP_COEFFICIENTS, time_scale=DEFAULT_STEP_COEFFICIENTS.time_scale * time_scale)
+    )
     found = max_rate_within_slo(
-        request, slo, prompt_tokens=prompt_tokens, output_tokens=output_tokens, num_prompts=num_prompts
+        request,
+        slo,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        num_prompts=num_prompts,
+        coefficients=coefficients,
     )
     sim = found.at_rate
     if sim is None:
@@ -403,7 +426,7 @@ def _rate_search(
 def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Search) -> _Simulated:
     """The sustainable rate at vLLM's cap, then smaller max_num_seqs while they keep ≥ 98 % of it."""
     slo = _slo_target(workload)
-    lengths = (workload.prompt_tokens, workload.output_tokens, search.num_prompts)
+    lengths = (workload.prompt_tokens, workload.output_tokens, search.num_prompts, search.time_scale)
     at_cap = with_changes(request, max_num_seqs=cap, suggest=False, detail=False)
     best, simulations, peak = _rate_search(at_cap, slo, *lengths)
     chosen_mns, chosen = cap, best
@@ -429,7 +452,11 @@ def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Se
             f"req/s (≥ {MAX_NUM_SEQS_KEEP_RATIO:.0%} of the {best.max_request_rate:.2f} at {fmt_int(cap)})"
         )
     return _Simulated(
-        rate=chosen, max_num_seqs=max(1, chosen_mns), simulations=simulations, reasons=tuple(reasons)
+        rate=chosen,
+        max_num_seqs=max(1, chosen_mns),
+        simulations=simulations,
+        reasons=tuple(reasons),
+        time_scale=search.time_scale,
     )
 
 
@@ -489,6 +516,11 @@ def _sized(
             f"SLOs checked at {workload.slo_percentile}",
             f"roofline bound {roofline_rps:.2f} req/s per replica (bandwidth/compute roofline, no queueing) "
             f"against {simulated.rate.max_request_rate:.2f} simulated",
+            *(
+                [f"step times × {simulated.time_scale:.3g}, fitted from this deployment's observed latency"]
+                if simulated.time_scale != 1.0
+                else []
+            ),
         ]
         if simulated is not None
         else [
@@ -599,7 +631,11 @@ def tp_candidates(num_attention_heads: int, *, limit: int = 8) -> list[int]:
 
 
 def recommend(
-    request: PlanRequest, workload: Workload, *, tensor_parallel_sizes: Sequence[int] | None = None
+    request: PlanRequest,
+    workload: Workload,
+    *,
+    tensor_parallel_sizes: Sequence[int] | None = None,
+    search: Search | None = None,
 ) -> tuple[Option | None, list[Option]]:
     """The smallest TP that starts and meets the SLO (with its replicas and cost), and every option tried.
 
@@ -608,7 +644,10 @@ def recommend(
     handful of requests can need many times the GPUs); the reasons then say so.
     """
     sizes = list(tensor_parallel_sizes or tp_candidates(request.model.num_attention_heads))
-    options = [evaluate(with_changes(request, tensor_parallel_size=tp), workload) for tp in sorted(sizes)]
+    options = [
+        evaluate(with_changes(request, tensor_parallel_size=tp), workload, search=search)
+        for tp in sorted(sizes)
+    ]
     feasible = [o for o in options if o.feasible]
     if not feasible:
         return None, options

@@ -62,7 +62,11 @@ class Predictions:
         self.capacities: Mapping[DeploymentKey, PredictedCapacity] = {}
 
     def update(
-        self, holder: CatalogHolder, deployments: Sequence[DeploymentRead], calibrations: CalibrationHolder
+        self,
+        holder: CatalogHolder,
+        deployments: Sequence[DeploymentRead],
+        calibrations: CalibrationHolder,
+        scales: StepTimeScales | None = None,
     ) -> None:
         catalog = holder.snapshot
         cache: dict[DeploymentKey, _Cached] = {}
@@ -73,10 +77,11 @@ class Predictions:
                 deployment.updated_at,
                 holder.generation,
                 calibrations.generation,
+                scales.generation if scales is not None else 0,
             )
             cached = self._cache.get(key)
             if cached is None or cached.fingerprint != fingerprint:
-                cached = _plan(deployment, catalog, calibrations, fingerprint)
+                cached = _plan(deployment, catalog, calibrations, fingerprint, scales)
             cache[key] = cached
         self._cache = cache
         self.capacities = {key: c.capacity for key, c in cache.items() if c.capacity is not None}
@@ -91,9 +96,10 @@ def _plan(
     catalog: CatalogSnapshot,
     calibrations: CalibrationHolder,
     fingerprint: tuple[object, ...],
+    scales: StepTimeScales | None = None,
 ) -> _Cached:
     try:
-        planned = deployment_plan(catalog, deployment, calibrations)
+        planned = deployment_plan(catalog, deployment, calibrations, scales)
         uncalibrated = (
             deployment_plan(catalog, deployment).plan
             if planned.plan.calibration and planned.plan.calibration.applied
@@ -182,11 +188,12 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
             by_name = {f"{d.namespace}/{d.name}": d for d in deployments}
             owned_names = await coordinator.owned(list(by_name))
             owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
-            predictions.update(app.state.catalog, owned, app.state.calibrations)
+            scales = getattr(app.state, "step_time_scales", None)
+            predictions.update(app.state.catalog, owned, app.state.calibrations, scales)
             await live.refresh(live_targets(owned))
             if await record_calibrations(app.state.sessionmaker, live.observations, predictions):
                 await app.state.calibrations.reload(app.state.sessionmaker)
-                predictions.update(app.state.catalog, owned, app.state.calibrations)
+                predictions.update(app.state.catalog, owned, app.state.calibrations, scales)
             await refresh_latency(app, owned, live.observations)
         except asyncio.CancelledError:
             raise

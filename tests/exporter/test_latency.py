@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.catalog.builtin import builtin_snapshot
 from service.core.serving import BenchmarkSpec, simulate
 from service.deployments.schemas import DeploymentRead
+from service.deployments.service import deployment_plan
 from service.exporter.latency import LATENCY_NUM_PROMPTS, LatencyPredictions, ObservedLoad
 from service.live.histograms import E2E, GENERATION_TOKENS, PROMPT_TOKENS, REQUEST_TPOT, TTFT
 from service.live.manager import LiveTarget, aggregate
@@ -19,10 +20,11 @@ from service.live.parser import parse_vllm_metrics
 from service.live.schemas import parse_live_source
 from service.live.scraper import TargetResult
 from service.planning.calibration import calibration_key
-from service.planning.schemas import PlanRequestBody, SimulationRequestBody
+from service.planning.schemas import PlanRequestBody, SimulationRequestBody, WorkloadIn
 from service.planning.simulations import make_simulation, resolve_replica, scaled_coefficients
 from service.planning.step_time_calibration import (
     MAX_TIME_SCALE,
+    StepTimeScale,
     StepTimeScales,
     fit_time_scale,
     record_step_time,
@@ -148,3 +150,31 @@ async def test_stored_scales_are_the_median_of_deployments_and_simulations_of_th
     assert calibrated.result.mean_tpot_ms == pytest.approx(expected.result.mean_tpot_ms)
     other = make_simulation(snapshot, body.model_copy(update={"max_model_len": 4096}), scales=scales)
     assert other.step_time_scale == 1.0  # another configuration is not calibrated by it
+
+
+def test_the_deployment_plan_sizes_replicas_with_the_scale_fitted_for_its_configuration() -> None:
+    snapshot = builtin_snapshot()
+    deployment = DEPLOYMENT.model_copy(
+        update={
+            "workload": WorkloadIn(
+                requests_per_second=30, prompt_tokens=1000, output_tokens=200, tpot_seconds=0.05
+            )
+        }
+    )
+    plain = deployment_plan(snapshot, deployment)
+    key = calibration_key(plain.plan)
+    slower = deployment_plan(
+        snapshot, deployment, None, StepTimeScales({key: StepTimeScale(time_scale=2.0, samples=3)})
+    )
+    base, scaled = plain.recommendation, slower.recommendation
+    assert base is not None and scaled is not None and base.recommended and scaled.recommended
+    assert not any("fitted from this deployment" in a for a in base.recommended.assumptions)
+    assert any("step times × 2" in a for a in scaled.recommended.assumptions)
+    # every step twice as long: one replica sustains less, so no fewer replicas are needed
+    assert scaled.recommended.simulated_requests_per_second_per_replica is not None
+    assert base.recommended.simulated_requests_per_second_per_replica is not None
+    assert (
+        scaled.recommended.simulated_requests_per_second_per_replica
+        < base.recommended.simulated_requests_per_second_per_replica
+    )
+    assert scaled.recommended.replicas >= base.recommended.replicas
