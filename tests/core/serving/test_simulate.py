@@ -218,3 +218,23 @@ def test_async_scheduling_runs_one_more_step_for_a_finished_request() -> None:
     spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((20_000, 5),))
     lagged = simulate(_request(max_model_len=32_768, async_scheduling=True), spec, coefficients=COEFFS)
     assert (lagged.num_steps, lagged.num_steps_with_output) == (8, 5)
+
+
+def test_a_gpu_without_bandwidth_or_flops_figures_is_refused_naming_the_gpu() -> None:
+    from dataclasses import replace
+
+    for gpu in (
+        replace(H100, memory_bandwidth_bytes_per_second=None),
+        replace(H100, bf16_dense_flops_per_second=None),
+    ):
+        with pytest.raises(InvalidSpec) as error:
+            simulate(
+                PlanRequest(model=LLAMA_31_8B, gpu=gpu, max_model_len=8192), BenchmarkSpec(num_prompts=2)
+            )
+        assert error.value.field == "gpu"
+    with pytest.raises(InvalidSpec) as error:
+        simulate(
+            PlanRequest(model=LLAMA_31_8B, gpu=None, kv_cache_memory_bytes=2**30, max_model_len=2048),
+            BenchmarkSpec(num_prompts=2),
+        )
+    assert error.value.field == "gpu"
