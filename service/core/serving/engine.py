@@ -234,6 +234,7 @@ class Engine:
             decode_context_tokens=step.decode_context_tokens,
             prefill_attention_pairs=step.prefill_attention_pairs,
             prefill_kv_tokens=step.prefill_kv_tokens,
+            decode_windowed_tokens=step.decode_windowed_tokens,
         )
         self._record(step.load_tokens)
         seconds = self.model.step_seconds(load)
@@ -313,6 +314,9 @@ class Engine:
         # Newly admitted requests sit at the end: check from there, the usual reason to fail.
         k = 1 << 62
         context = 0
+        window = cfg.attention_window
+        windowed = 0  # Σ min(context, window) of the sliding-window layers
+        below_window = 0  # requests whose context is still inside the window: their windowed read grows
         for request in reversed(running):
             computed = request.computed
             if request.generated == 0 or computed != request.num_tokens - 1 or request.lagging:
@@ -321,6 +325,15 @@ class Engine:
             if left < k:
                 k = left
             context += computed
+            if window:
+                if computed < window:
+                    windowed += computed
+                    below_window += 1
+                    # Linear only while context + j ≤ window, i.e. for the first window − context + 1 steps.
+                    if window - computed + 1 < k:
+                        k = window - computed + 1
+                else:
+                    windowed += window
         if k < 2:
             return False
         k = self._block_limited_steps(k)
@@ -339,6 +352,10 @@ class Engine:
         fixed, per_context = parts
         a = fixed + per_context * context
         b = per_context * n
+        if window:
+            per_windowed = self.model.seconds_per_windowed_token()
+            a += per_windowed * windowed
+            b += per_windowed * below_window
         cpu = self.model.cpu_seconds(n)
         overlap = self.model.async_scheduling
         if arrival_limit < math.inf:

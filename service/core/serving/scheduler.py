@@ -129,6 +129,7 @@ class SchedulerConfig:
     # Admit a waiting/preempted request only if its whole current sequence fits (0.19+, see module docstring).
     reserve_full_sequence: bool = False
     max_model_len: int = 1 << 30
+    attention_window: int = 0  # sliding-window layers' window (decode reads min(context, window)); 0: none
     num_free_blocks: int  # usable blocks of the pool (the null block excluded)
 
 
@@ -142,6 +143,7 @@ class ScheduledStep:
     decode_context_tokens: int
     prefill_attention_pairs: float
     prefill_kv_tokens: int
+    decode_windowed_tokens: int = 0
 
 
 class Scheduler:
@@ -205,6 +207,8 @@ class Scheduler:
         pairs = 0.0
         prefill_kv = 0
         tokens = 0
+        window = cfg.attention_window
+        windowed = 0
 
         demand = cfg.demand
         simple = demand.is_simple
@@ -233,6 +237,8 @@ class Scheduler:
                     tokens += 1
                     if request.generated > 0:
                         decode_context += computed
+                        if window:
+                            windowed += computed if computed < window else window
                     else:
                         pairs += computed + 0.5
                         prefill_kv += computed + 1
@@ -262,6 +268,8 @@ class Scheduler:
             tokens += new
             if new == 1 and request.generated > 0 and computed == request.num_tokens - 1:
                 decode_context += computed
+                if window:
+                    windowed += computed if computed < window else window
             else:
                 pairs += new * (computed + new / 2)
                 prefill_kv += computed + new
@@ -305,6 +313,7 @@ class Scheduler:
             decode_context_tokens=decode_context,
             prefill_attention_pairs=pairs,
             prefill_kv_tokens=prefill_kv,
+            decode_windowed_tokens=windowed,
         )
 
     def _watermark_blocks(self) -> int:
@@ -350,6 +359,8 @@ class Scheduler:
             )
         preempted = 0
         decode_context = 0
+        window = self.config.attention_window
+        windowed = 0
         index = 0
         demand = self.config.demand
         while index < len(self.running):
@@ -369,6 +380,8 @@ class Scheduler:
             request.own_blocks += need
             scheduled.append((request, 1))
             decode_context += request.computed
+            if window:
+                windowed += min(request.computed, window)
             index += 1
         return ScheduledStep(
             scheduled=tuple(scheduled),
@@ -377,6 +390,7 @@ class Scheduler:
             decode_context_tokens=decode_context,
             prefill_attention_pairs=0.0,
             prefill_kv_tokens=0,
+            decode_windowed_tokens=windowed,
         )
 
     def admission_blocked(self, running_tokens: int) -> bool:

@@ -233,6 +233,9 @@ def simulate(
     settings = plan.settings
     profile = resolve_engine(settings.engine)
     demand = block_demand(plan)
+    step_model = StepTimeModel.build(
+        model=request.model, gpu=request.gpu, plan=plan, coefficients=coefficients
+    )
     scheduler = Scheduler(
         SchedulerConfig(
             max_num_seqs=settings.max_num_seqs,
@@ -243,10 +246,8 @@ def simulate(
             reserve_full_sequence=profile.version is not None
             and profile.version >= RESERVE_FULL_SEQUENCE_FROM,
             max_model_len=settings.max_model_len,
+            attention_window=step_model.attention_window_tokens,
         )
-    )
-    step_model = StepTimeModel.build(
-        model=request.model, gpu=request.gpu, plan=plan, coefficients=coefficients
     )
     engine = Engine(
         requests=sim_requests,

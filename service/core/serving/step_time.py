@@ -13,7 +13,8 @@ heaviest pipeline stage:
                 GEMM with few rows wastes most of each tile); an expert GEMM has only the T·k/touched rows
                 routed to that expert, so MoE layers run at η_gemm of that row count.
 ``attention``   KV bytes read / (bandwidth × η_bw) + prefill attention FLOPs / (peak × η_attn): decode reads
-                each running request's whole context once per layer (``Σ context × KV bytes per token``);
+                each running request's whole context once per layer (``Σ context × KV bytes per token``;
+                sliding-window and chunked layers only ``min(context, window)``);
                 a prefill chunk of q new tokens after c cached ones does ≈ 4·heads·head_dim·q·(c + q/2)
                 FLOPs per layer (QKᵀ and PV, causal) and reads its c + q tokens of KV.
 ``all-reduce``  TP: 2 per layer (after attention and after the MLP, ``RowParallelLinear``), ring cost
@@ -105,6 +106,8 @@ class StepLoad:
     decode_context_tokens: int  # Σ context of the decode requests (KV tokens their attention reads)
     prefill_attention_pairs: float  # Σ over prefill chunks of q·(c + q/2): causal (query, key) pairs
     prefill_kv_tokens: int  # Σ over prefill chunks of c + q: KV tokens the chunks' attention reads
+    # Σ over decode requests of min(context, window): what sliding-window layers read (0 without them).
+    decode_windowed_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,7 +125,11 @@ class StepTimeModel:
     expert_flops_per_token: float  # per GPU: the routed experts' part of ``linear_flops_per_token`` (MoE)
     lm_head_flops_per_request: float  # per GPU: 2 × hidden × vocab / tp (logits only for sampled positions)
     attention_flops_per_pair: float  # per GPU and stage: 4 × query heads / tp × head dim × layers / pp
-    kv_bytes_per_token: int  # per GPU (the plan's bytes per token of the rank)
+    kv_bytes_per_token: int  # per GPU (the plan's bytes per token of the rank), every layer
+    windowed_kv_bytes_per_token: (
+        int  # the part of it in sliding-window / chunked layers (read up to a window)
+    )
+    attention_window_tokens: int  # their window (0: no such layers)
     allreduce_fixed_seconds: float  # per step: 2 × layers/pp × latency (0 without TP)
     allreduce_seconds_per_token: float  # per step and token
     layers_per_stage: int
@@ -182,6 +189,7 @@ class StepTimeModel:
             )
         else:
             fixed, per_token = 0.0, 0.0
+        windowed, window = _windowed_kv(model, plan)
         return cls(
             coefficients=coefficients,
             weight_bytes=plan.memory.weights_bytes,
@@ -193,6 +201,8 @@ class StepTimeModel:
             lm_head_flops_per_request=2.0 * model.hidden_size * model.vocab_size / tp,
             attention_flops_per_pair=float(attention_flops),
             kv_bytes_per_token=plan.kv_cache.bytes_per_token,
+            windowed_kv_bytes_per_token=windowed,
+            attention_window_tokens=window,
             allreduce_fixed_seconds=fixed,
             allreduce_seconds_per_token=per_token,
             layers_per_stage=per_stage_layers,
@@ -258,8 +268,14 @@ class StepTimeModel:
         )
         pp = self.pipeline_parallel_size
         fixed = pp * (linear + attention + comm + launch) + (pp - 1) * PIPELINE_HANDOFF_SECONDS
-        per_context_token = pp * self.kv_bytes_per_token / bandwidth
+        per_context_token = pp * (self.kv_bytes_per_token - self.windowed_kv_bytes_per_token) / bandwidth
         return fixed * c.time_scale, per_context_token * c.time_scale
+
+    def seconds_per_windowed_token(self) -> float:
+        """Seconds per token of ``decode_windowed_tokens`` (sliding-window layers' KV reads)."""
+        c = self.coefficients
+        bandwidth = self.bandwidth_bytes_per_second * c.bandwidth_efficiency
+        return self.pipeline_parallel_size * self.windowed_kv_bytes_per_token / bandwidth * c.time_scale
 
     def cpu_seconds(self, num_requests: int) -> float:
         c = self.coefficients
@@ -269,10 +285,25 @@ class StepTimeModel:
         """Wall time of one step: GPU and CPU parts, overlapped under async scheduling."""
         fixed, per_context = self.gpu_seconds_parts(load)
         gpu = fixed + per_context * load.decode_context_tokens
+        if load.decode_windowed_tokens:
+            gpu += self.seconds_per_windowed_token() * load.decode_windowed_tokens
         cpu = self.cpu_seconds(load.num_requests)
         return max(gpu, cpu) if self.async_scheduling else gpu + cpu
 
 
-def attention_layer_kinds(model: ModelSpec) -> tuple[LayerType, ...]:
-    """The attention layers of a model (constant-state layers read no KV per token)."""
-    return tuple(kind for kind in model.resolved_layer_types if kind.is_attention)
+def _windowed_kv(model: ModelSpec, plan: CapacityPlan) -> tuple[int, int]:
+    """(KV bytes per token of the sliding-window/chunked layers, their window) for one GPU.
+
+    A decode step's attention in such a layer reads at most the window's tokens
+    (``SlidingWindowSpec``/``ChunkedLocalAttentionSpec``); the plan's layout says which layers those are.
+    """
+    layout = plan.layout
+    window = model.sliding_window or model.attention_chunk_size or 0
+    if layout is None or not window:
+        return 0, 0
+    windowed = 0
+    for group in layout.groups:
+        if group.spec.kind in (LayerType.SLIDING, LayerType.CHUNKED):
+            windowed += group.spec.bytes_per_token * group.num_layers
+    windowed = min(windowed, plan.kv_cache.bytes_per_token)
+    return (windowed, window) if windowed else (0, 0)

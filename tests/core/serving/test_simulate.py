@@ -238,3 +238,53 @@ def test_a_gpu_without_bandwidth_or_flops_figures_is_refused_naming_the_gpu() ->
             BenchmarkSpec(num_prompts=2),
         )
     assert error.value.field == "gpu"
+
+
+def test_sliding_window_layers_read_at_most_their_window_in_decode() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    entry = builtin_snapshot().find_model("gpt-oss-20b")
+    assert entry is not None
+    model = entry.spec
+    p = plan(PlanRequest(model=model, gpu=H100, max_model_len=8192, async_scheduling=False))
+    step = StepTimeModel.build(model=model, gpu=H100, plan=p, coefficients=COEFFS)
+    # gpt-oss-20b alternates 12 sliding (window 128) and 12 full layers: half the KV bytes are windowed.
+    assert step.attention_window_tokens == 128
+    assert step.windowed_kv_bytes_per_token * 2 == step.kv_bytes_per_token
+    base = StepLoad(
+        num_tokens=4,
+        num_requests=4,
+        decode_context_tokens=0,
+        prefill_attention_pairs=0.0,
+        prefill_kv_tokens=0,
+    )
+    load = StepLoad(
+        num_tokens=4,
+        num_requests=4,
+        decode_context_tokens=4 * 1000,
+        prefill_attention_pairs=0.0,
+        prefill_kv_tokens=0,
+        decode_windowed_tokens=4 * 128,
+    )
+    bandwidth = H100.memory_bandwidth_bytes_per_second * COEFFS.bandwidth_efficiency  # type: ignore[operator]
+    half = step.windowed_kv_bytes_per_token
+    expected_kv = (4 * 1000 * half + 4 * 128 * half) / bandwidth
+    assert math.isclose(step.step_seconds(load) - step.step_seconds(base), expected_kv, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("model_name", ["gpt-oss-20b", "mistral-7b-v0.1"])
+def test_closed_form_stretches_match_step_by_step_across_the_window_boundary(model_name: str) -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    entry = builtin_snapshot().find_model(model_name)
+    assert entry is not None
+    request = PlanRequest(model=entry.spec, gpu=H100, max_model_len=8192)
+    # Prompts of 50–150 tokens with 300 outputs: contexts cross gpt-oss's 128-token window mid-stretch.
+    spec = BenchmarkSpec(
+        num_prompts=30, random_input_len=100, random_output_len=300, random_range_ratio=0.5, request_rate=10.0
+    )
+    fast = simulate(request, spec, coefficients=COEFFS)
+    slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
+    assert fast.num_steps == slow.num_steps
+    for key in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms"):
+        assert math.isclose(getattr(fast.result, key), getattr(slow.result, key), rel_tol=1e-9), key
