@@ -106,15 +106,7 @@ def main() -> int:
         if c.split == "fit" and not resolve_engine(c.request.engine).v0 and not c.across_pods
     ]
     print(f"fitting on {len(fit_cases)} fit cases (V1 engines)", flush=True)
-    start = replace(
-        DEFAULT_STEP_COEFFICIENTS,
-        bandwidth_efficiency=0.6,
-        compute_efficiency=0.6,
-        gemm_half_tokens=91.43,
-        attention_efficiency=0.3506,
-        step_overhead_seconds=0.002182,
-        per_request_seconds=0.0001318,
-    )  # the previous fit (all V1 fit cases, group-weighted), as the starting point
+    start = DEFAULT_STEP_COEFFICIENTS  # refits start from the committed values
     fitted = fit(fit_cases, start)
     print("fitted:", {k: float(f"{v:.4g}") for k, v in fitted.as_dict().items()})
     outcomes = evaluate(prepared, fitted)
