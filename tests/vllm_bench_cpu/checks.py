@@ -20,7 +20,7 @@ the README next to the figures.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from service.core.serving import SimulationResult, StepCoefficients
 from tests.vllm_bench_cpu import replay
@@ -89,13 +89,27 @@ def assert_exact_counts(
     )
 
 
+def run_is_closed(run: replay.RecordedRun) -> bool:
+    """All requests sent at once (with or without a concurrency gate): the batches the scheduler forms do not
+    depend on how fast the machine is, only on the scheduler's rules. Under Poisson arrivals they do: a slower
+    engine sees more requests arrive per step and runs fewer, larger steps."""
+    return math.isinf(run.request_rate)
+
+
 def assert_scheduler_matches(
-    case: replay.RecordedCase, run: replay.RecordedRun, coefficients: StepCoefficients
+    case: replay.RecordedCase,
+    run: replay.RecordedRun,
+    coefficients: StepCoefficients,
+    *,
+    fresh_session: bool = False,
 ) -> None:
+    """Engine steps within ``STEP_COUNT_TOLERANCE`` (in a fresh session only for runs sent all at once, see
+    ``run_is_closed``) and preemption counts within a factor 2 plus 2."""
     sim = simulated(case, run, coefficients)
     steps = run.engine_steps
     simulated_steps = sim.num_steps_with_output  # what vLLM's histogram counts: steps that sampled a token
-    assert abs(simulated_steps / steps - 1) <= STEP_COUNT_TOLERANCE, (run.name, simulated_steps, steps)
+    if run_is_closed(run) or not fresh_session:
+        assert abs(simulated_steps / steps - 1) <= STEP_COUNT_TOLERANCE, (run.name, simulated_steps, steps)
     # Preemptions depend on timing (which request crosses a block boundary first), so not their exact number:
     # the counts agree within a factor 2 plus 2 either way (a thrashing scheduler preempts 7-14x as often).
     preemptions = (run.name, sim.num_preemptions, run.preemptions)
@@ -110,20 +124,40 @@ def prediction_errors(
     return replay.relative_errors(run.measured, result, tuple(TOLERANCE_FACTORS))
 
 
+# Under Poisson arrivals a server that keeps up finishes when the arrivals end: duration and throughput are set by
+# the arrivals and hold whatever the machine does; the latencies depend on the machine's speed during that very
+# run, which on the shared VM moved up to 4× within one session (a run at 0.75/s measured 4× the TPOT of the run
+# at 1.5/s after it).
+ARRIVAL_BOUND_KEYS = ("duration", "output_throughput")
+
+
 def assert_prediction_within_tolerances(
-    case: replay.RecordedCase, run: replay.RecordedRun, coefficients: StepCoefficients
+    case: replay.RecordedCase,
+    run: replay.RecordedRun,
+    coefficients: StepCoefficients,
+    *,
+    fresh_session: bool = False,
 ) -> None:
+    """``TOLERANCE_FACTORS`` on every key; in a fresh session, on Poisson runs only ``ARRIVAL_BOUND_KEYS``."""
     errors = prediction_errors(case, run, coefficients)
+    if fresh_session and not run_is_closed(run):
+        errors = {k: e for k, e in errors.items() if k in ARRIVAL_BOUND_KEYS}
     outside = {k: round(e, 3) for k, e in errors.items() if max(1 + e, 1 / (1 + e)) > TOLERANCE_FACTORS[k]}
     assert not outside, (run.name, outside)
 
 
-def assert_orderings(case: replay.RecordedCase, coefficients: StepCoefficients) -> None:
-    """Any two runs whose measured duration, mean TTFT or mean TPOT differ by more than ``ORDERING_MARGIN``
-    are ordered the same way by the simulator."""
+def assert_orderings(
+    case: replay.RecordedCase,
+    coefficients: StepCoefficients,
+    *,
+    runs: Sequence[replay.RecordedRun] | None = None,
+) -> None:
+    """Any two of ``runs`` (default: all) whose measured duration, mean TTFT or mean TPOT differ by more than
+    ``ORDERING_MARGIN`` are ordered the same way by the simulator."""
+    chosen = case.runs if runs is None else tuple(runs)
     for key in ("duration", "mean_ttft_ms", "mean_tpot_ms"):
-        for a in case.runs:
-            for b in case.runs:
+        for a in chosen:
+            for b in chosen:
                 ma, mb = float(a.measured[key]), float(b.measured[key])
                 if ma > ORDERING_MARGIN * mb:
                     sa = float(simulated(case, a, coefficients).result.as_dict()[key])

@@ -104,3 +104,27 @@ def test_the_tolerances_reject_a_step_time_model_three_times_too_slow_or_too_fas
             except AssertionError:
                 failures += 1
         assert failures == len(PREDICTED), scale
+
+
+# A second session, recorded by the opt-in e2e test 20 minutes later (``second-session/``; the calibration ran
+# 1.5× faster, and a neighbour's burst made its Poisson 0.75/s run 4× slower per token than the 1.5/s run after
+# it). It is held to the fresh-session rules of that test: engine steps only for runs sent all at once, and for
+# Poisson runs only the arrival-bound duration and throughput.
+SECOND = replay.load_case(replay.DATA_DIR / "second-session")
+SECOND_COEFFICIENTS = replay.coefficients_from_json(
+    json.loads((replay.DATA_DIR / "second-session" / "fitted_coefficients.json").read_text())
+)
+
+
+@pytest.mark.parametrize("run", SECOND.runs, ids=lambda r: r.name)
+def test_a_second_session_holds_to_the_fresh_session_rules(run: replay.RecordedRun) -> None:
+    checks.assert_exact_counts(SECOND, run, SECOND_COEFFICIENTS)
+    checks.assert_scheduler_matches(SECOND, run, SECOND_COEFFICIENTS, fresh_session=True)
+    if run is not SECOND.calibration:
+        checks.assert_prediction_within_tolerances(SECOND, run, SECOND_COEFFICIENTS, fresh_session=True)
+
+
+def test_the_second_sessions_coefficients_are_its_own_calibration_fit() -> None:
+    fit = json.loads((replay.DATA_DIR / "second-session" / "fitted_coefficients.json").read_text())
+    assert fit["calibration_run"] == SECOND.calibration.name
+    assert replay.calibration_loss(SECOND, SECOND_COEFFICIENTS) == pytest.approx(fit["loss"], abs=1e-6)
