@@ -53,12 +53,14 @@ class StepCoefficients:
     """The few fitted numbers of the step-time model.
 
     Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``) on the 14 *fit* cases of
-    ``tests/data/serving-benchmarks.json`` that are V1 engines with their GPUs in one host (A100 80GB, Qwen2-7B,
-    Qwen2.5-32B, Qwen3-14B/30B-A3B, vLLM 0.9–0.10, concurrency 1–500). ``make accuracy`` then reports a median
-    |error| of output_throughput 3.4 % / mean TPOT 4.4 % / mean TTFT 20.6 % on those, and 2.8 % / 4.4 % /
-    20.8 % on the 13 held-back cases of the same kind (never fitted); on every held-back case (V0 engines and
-    Ray-joined pods included) 15.7 % / 36.1 % / 32.1 %. Each value lies inside the physical range the fit
-    allows (``bench/fit_step_coefficients.py::BOUNDS``).
+    ``tests/data/serving-benchmarks.json`` that were then V1 engines with their GPUs in one host (A100 80GB,
+    Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, vLLM 0.9–0.10, concurrency 1–500). A refit after the data grew to
+    71 cases (18 such fit cases, adding H100 Qwen3-30B-A3B and DeepSeek-R1 TP8) moved only c₁ and the loss by
+    < 0.1 %, so these values stay. ``make accuracy`` on the 71 cases: median |error| of output_throughput /
+    mean TPOT / mean TTFT 4.4 % / 5.2 % / 29.2 % on those fit cases, 3.6 % / 5.6 % / 22.5 % on the 17
+    held-back cases of the same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods
+    included) 22.7 % / 36.5 % / 32.1 %. Each value lies inside the physical range the fit allows
+    (``bench/fit_step_coefficients.py::BOUNDS``).
     """
 
     bandwidth_efficiency: float = 0.84  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
