@@ -123,7 +123,7 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
         or (f"vllm-{case['vllm_version']}" if case.get("vllm_version") else None),
         "tensor_parallel_size": int(case.get("tensor_parallel_size") or 1),
         "pipeline_parallel_size": int(case.get("pipeline_parallel_size") or 1),
-        "dtype": case.get("dtype"),
+        "dtype": None if case.get("dtype") in (None, "auto") else case.get("dtype"),  # --dtype auto = model's
         "quantization": case.get("quantization"),
         "kv_cache_dtype": case.get("kv_cache_dtype"),
         "max_model_len": case.get("max_model_len"),
@@ -141,6 +141,9 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
         first = plan(request)
     except InvalidSpec as error:
         return f"plan: {error}"
+    if not first.fits:
+        reason = first.errors[0].text if first.errors else "the plan does not fit"
+        return f"kvcap's plan says vLLM would not start with these settings: {reason}"
     logged = case.get("logged_kv_cache_tokens")
     if logged:
         blocks = int(logged) // first.kv_cache.block_size + (0 if first.settings.profile == "ideal" else 1)
