@@ -372,10 +372,11 @@ class Engine:
                 k = lo
         self._record(float(n))
         duration = stretch_seconds(k, a=a, b=b, cpu=cpu, overlap=overlap)
-        for m in range(ITL_SAMPLES_PER_STRETCH):
-            self.output_events.append(
-                (self.clock + duration * (m + 0.5) / ITL_SAMPLES_PER_STRETCH, n * k / ITL_SAMPLES_PER_STRETCH)
-            )
+        # Output tokens over time feed vLLM's one-second buckets (max_output_tokens_per_s): a few points per
+        # second of the stretch are enough.
+        events = min(ITL_SAMPLES_PER_STRETCH, max(1, math.ceil(2 * duration)))
+        for m in range(events):
+            self.output_events.append((self.clock + duration * (m + 0.5) / events, n * k / events))
         self.clock += duration
         self.num_steps += k
         self.num_steps_with_output += k
