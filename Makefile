@@ -45,8 +45,9 @@ lock: install  ## requirements.lock: the image's exact dependencies, with hashes
 bench: install  ## benchmark table (ratios against baselines measured in the same run)
 	$(BIN)/python -m bench
 
-accuracy: install  ## predictions against recorded real vLLM start-ups
+accuracy: install  ## predictions against recorded real vLLM start-ups and public vllm bench serve results
 	$(BIN)/python -m bench.accuracy
+	$(BIN)/python -m bench.serving_accuracy
 
 VLLM_VENV := .vllm-venv
 

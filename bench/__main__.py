@@ -14,7 +14,16 @@ import resource
 import sys
 from dataclasses import dataclass
 
-from bench import bench_admission, bench_api, bench_cli, bench_core, bench_live, bench_registry
+from bench import (
+    bench_admission,
+    bench_api,
+    bench_cli,
+    bench_core,
+    bench_live,
+    bench_registry,
+    bench_simulator,
+    bench_ui,
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,17 @@ def main() -> None:
         )
     )
 
+    for r in bench_simulator.run():
+        rows.append(
+            Row(
+                r["name"],
+                _ms(r["seconds"]),
+                r["note"],
+                r["seconds"] / r["baseline"] if r["baseline"] else None,
+                r["target"],
+            )
+        )
+
     for name, seconds_taken, note in bench_live.run():
         rows.append(Row(name, _ms(seconds_taken), note, None))
 
@@ -129,6 +149,22 @@ def main() -> None:
                 f"python -c pass {_ms(r.baseline_cpu_seconds)}",
                 r.cpu_ratio,
                 "≤ 10×",
+            )
+        )
+
+    ui = bench_ui.run(repeats=5 if args.quick else 9)
+    if ui is None:
+        rows.append(
+            Row("/ui first render in Chromium", "not measured", "Chromium or Playwright missing", None)
+        )
+    else:
+        rows.append(
+            Row(
+                "/ui first render in Chromium (verdict + memory bar)",
+                f"{ui['ui_ms']:.1f} ms",
+                f"bare page with one API call {ui['bare_ms']:.1f} ms",
+                ui["ui_ms"] / ui["bare_ms"],
+                "< 200 ms",
             )
         )
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from service.catalog.builtin import builtin_snapshot
 from service.core.planner import PlanRequest, plan
-from service.core.recommend import Workload, sweep
+from service.core.recommend import Workload, _rate_search, sweep
 
 
 def _median_seconds(fn: Callable[[], Any], *, repeat: int) -> float:
@@ -80,8 +80,14 @@ def run() -> list[dict[str, Any]]:
     sweep_1000 = _median_seconds(thousand, repeat=3)
     all_gpus = [g.spec for g in catalog.gpus.values()]
     workload = Workload(requests_per_second=5, prompt_tokens=1000, output_tokens=200, tpot_seconds=0.05)
+    # The first sweep simulates (rate searches of the cheapest options); later ones answer from the cache.
+    _rate_search.cache_clear()
+    cold = _samples(lambda: sweep(PlanRequest(model=model.spec), workload, all_gpus), repeat=1)[0]
     runs = _samples(lambda: sweep(PlanRequest(model=model.spec), workload, all_gpus), repeat=9)
     catalog_sweep, catalog_median = min(runs), statistics.median(runs)
+    roofline_only = min(
+        _samples(lambda: sweep(PlanRequest(model=model.spec), workload, all_gpus, simulate=False), repeat=5)
+    )
     return [
         {
             "name": "core plan (Llama-3.1-8B on H100, full detail)",
@@ -105,7 +111,13 @@ def run() -> list[dict[str, Any]]:
             "name": f"catalog sweep with recommendations ({len(all_gpus)} GPUs × TP × KV × quant)",
             "seconds": catalog_sweep,
             "baseline": one,
-            "note": f"vs one plan; fastest of 9 runs (median {catalog_median * 1e3:.0f} ms); bar: < 0.100 s",
+            "note": f"vs one plan; searches cached; fastest of 9 runs (median {catalog_median * 1e3:.0f} ms); bar: < 0.100 s",
+        },
+        {
+            "name": "catalog sweep, first time (simulating the cheapest options)",
+            "seconds": cold,
+            "baseline": roofline_only,
+            "note": f"vs the same sweep on the roofline alone ({roofline_only * 1e3:.0f} ms)",
         },
     ]
 

@@ -29,6 +29,7 @@ from service.deployments.service import DeploymentsHolder
 from service.exporter.collector import admission_metrics
 from service.exporter.exposition import ExpositionCache
 from service.exporter.http import RequestMetrics
+from service.exporter.latency import LatencyPredictions
 from service.exporter.pipeline import LiveWorker, Predictions
 from service.exporter.router import router as metrics_router
 from service.exporter.service_metrics import ServiceMetrics
@@ -38,6 +39,7 @@ from service.logs import configure_logging
 from service.planning.calibration import CalibrationHolder
 from service.planning.router import PlanCache
 from service.planning.router import router as planning_router
+from service.planning.step_time_calibration import StepTimeScales
 from service.settings import Settings, get_settings
 from service.ui.router import STATIC as UI_STATIC
 from service.ui.router import router as ui_router
@@ -92,7 +94,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await start_catalog(app)
     app.state.deployments = DeploymentsHolder()
     app.state.calibrations = CalibrationHolder()
-    for holder in (app.state.deployments, app.state.calibrations):
+    app.state.step_time_scales = StepTimeScales()
+    app.state.latency_predictions = LatencyPredictions()
+    for holder in (app.state.deployments, app.state.calibrations, app.state.step_time_scales):
         try:
             await holder.reload(app.state.sessionmaker)
         except Exception as exc:
@@ -107,6 +111,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.service_metrics.catalog_refreshed()
         await app.state.deployments.reload(sessionmaker)
         await app.state.calibrations.reload(sessionmaker)
+        await app.state.step_time_scales.reload(sessionmaker)
 
     app.state.predictions = Predictions()
     app.state.live = live = LiveManager.from_settings(settings)
@@ -121,6 +126,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         live=live,
         refresh=refresh,
         exposition=app.state.exposition,
+        scales=app.state.step_time_scales,
+        latency=app.state.latency_predictions,
     )
     app.state.live_worker = worker
     # Start-up objects (catalog, app, routes) live as long as the process: move them out of the collector's

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from service.admission.cli import check as check_command
+from service.planning.simulate_cli import simulate_command
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -363,8 +364,10 @@ def _workload(
     ttft_slo: float | None,
     tpot_slo: float | None,
     headroom: float,
+    slo_percentile: str = "p99",
 ) -> dict[str, object]:
     return {
+        "slo_percentile": slo_percentile,
         "requests_per_second": requests_per_second,
         "concurrent_users": concurrent_users,
         "prompt_tokens": prompt_tokens,
@@ -394,6 +397,9 @@ PromptOpt = Annotated[int, typer.Option(help="mean prompt tokens")]
 OutputOpt = Annotated[int, typer.Option(help="mean output tokens")]
 P95Opt = Annotated[int | None, typer.Option()]
 SloOpt = Annotated[float | None, typer.Option()]
+PercentileOpt = Annotated[
+    str, typer.Option(help="where the SLOs are checked in the simulated distribution: p50, p99 or mean")
+]
 
 
 @app.command()
@@ -409,6 +415,7 @@ def recommend(
     ttft_slo: Annotated[float | None, typer.Option(help="p95 time-to-first-token SLO, seconds")] = None,
     tpot_slo: Annotated[float | None, typer.Option(help="time-per-output-token SLO, seconds")] = None,
     headroom: Annotated[float, typer.Option(help="capacity above demand (0.2 = 20 %)")] = 0.2,
+    slo_percentile: PercentileOpt = "p99",
     tensor_parallel_sizes: Annotated[str | None, typer.Option("--tp", help="candidates, e.g. 1,2,4")] = None,
     engine: Annotated[str | None, typer.Option()] = None,
     max_model_len: Annotated[int | None, typer.Option()] = None,
@@ -446,6 +453,7 @@ def recommend(
             ttft_slo,
             tpot_slo,
             headroom,
+            slo_percentile,
         ),
     }
     try:
@@ -480,6 +488,7 @@ def sweep(
     ttft_slo: SloOpt = None,
     tpot_slo: SloOpt = None,
     headroom: Annotated[float, typer.Option()] = 0.2,
+    slo_percentile: PercentileOpt = "p99",
     gpus: Annotated[str | None, typer.Option(help="comma-separated catalog GPUs (default: all)")] = None,
     tensor_parallel_sizes: Annotated[str | None, typer.Option("--tp")] = None,
     engine: Annotated[str | None, typer.Option()] = None,
@@ -514,6 +523,7 @@ def sweep(
             ttft_slo,
             tpot_slo,
             headroom,
+            slo_percentile,
         ),
     }
     try:
@@ -541,6 +551,7 @@ def sweep(
 
 
 app.command("check")(check_command)
+app.command("simulate")(simulate_command)
 
 
 def main() -> None:

@@ -4,7 +4,16 @@ from service.catalog.orm import GpuEntry, ModelEntry
 from service.db.base import Base
 from service.deployments.orm import DeploymentEntry
 from service.planning.calibration_store import CalibrationEntry
+from service.planning.step_time_calibration import StepTimeCalibrationEntry
 
 metadata = Base.metadata
 
-__all__ = ["Base", "CalibrationEntry", "DeploymentEntry", "GpuEntry", "ModelEntry", "metadata"]
+__all__ = [
+    "Base",
+    "CalibrationEntry",
+    "DeploymentEntry",
+    "GpuEntry",
+    "ModelEntry",
+    "StepTimeCalibrationEntry",
+    "metadata",
+]

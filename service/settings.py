@@ -92,6 +92,9 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="poll for catalog changes by other replicas"
     )
     max_request_body_bytes: int = Field(default=1_048_576, ge=1024)
+    # Bounds on one POST /v1/simulations (larger runs are refused with a 422 naming benchmark.num_prompts).
+    simulation_max_total_tokens: int = Field(default=40_000_000, ge=1)
+    simulation_max_steps: int = Field(default=200_000, ge=1)
 
     scrape_interval_seconds: float = Field(default=15.0, gt=0)
     scrape_timeout_seconds: float = Field(default=5.0, gt=0)

@@ -1,34 +1,60 @@
 """From "will it start?" to "how do I serve this traffic, and what does it cost?".
 
-For one (model, GPU, TP) option::
+For one (model, GPU, TP) option the serving simulator (``service.core.serving``) decides, the roofline checks:
 
     context        = p95 prompt + p95 output tokens (means when no p95 is given)
     kv_limit       = floor(num_gpu_blocks / blocks one request of `context` needs)      (what the cache holds)
-    slo_limit      = largest batch whose decode step ≤ the time-per-output-token SLO   (roofline)
-    max_num_seqs   = min(kv_limit, slo_limit, vLLM's default cap unless asked for more)
-    W              = TTFT + mean output × TPOT(max_num_seqs)                          (time in system)
-    per replica    = max_num_seqs / W requests/s                                       (Little's law)
+    rate           = the largest Poisson request rate one replica sustains with the workload's TTFT and TPOT
+                     SLOs met at the asked percentile (p50, p99 or mean), simulated at the mean lengths
+                     (``max_rate_within_slo``: bracket at the saturated throughput, then bisection)
+    max_num_seqs   = chosen by simulation: from the peak of running requests at that rate (any larger cap gives
+                     the same run), halved while the sustainable rate stays ≥ 98 % of the best one
+    roofline       = max_num_seqs / (TTFT + mean output × TPOT(max_num_seqs)) from the bandwidth/compute
+                     roofline (``service.core.throughput``) — an optimistic bound: no queueing, no prefill
+                     sharing the step with decode
+    per replica    = min(rate, roofline)  (the roofline is the sanity ceiling; both are reported)
     replicas       = ceil(demand × (1 + headroom) / per-replica capacity)
 
-Demand is a request rate (requests/s, compared with per-replica requests/s) or a number of concurrent users
-(compared with max_num_seqs). An option that misses an SLO or does not start is never recommended; it is
+Demand is a request rate (compared with per-replica requests/s) or a number of concurrent users (compared with
+the requests one replica holds in flight at its sustainable rate, rate × mean end-to-end latency — Little's
+law — and at most max_num_seqs). An option that misses an SLO or does not start is never recommended; it is
 reported with the reason.
+
+Searches run ``SEARCH_NUM_PROMPTS`` requests per simulation (``SWEEP_NUM_PROMPTS`` in sweeps, where the
+max_num_seqs search is skipped and options whose roofline bound already costs more than the best simulated
+option are not simulated at all); results are cached per configuration, so a recommendation re-asked for the
+same deployment costs a dictionary lookup.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from service.core.dtypes import MODEL_DTYPE_BYTES
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest, batch_defaults, plan, with_changes
+from service.core.serving import (
+    DEFAULT_STEP_COEFFICIENTS,
+    RateSearchResult,
+    SloTarget,
+    max_rate_within_slo,
+)
 from service.core.specs import GpuSpec
 from service.core.throughput import decode_step_seconds, max_batch_within_tpot, prefill_seconds
 from service.core.units import fmt_int
 from service.core.weights import resolve_quantization, weight_shares
+
+SLO_PERCENTILES = ("p50", "p99", "mean")
+SEARCH_NUM_PROMPTS = 200
+"""Requests per simulation in a recommendation's rate searches (vLLM's default is 1,000; 200 keeps a search
+well under a second while the rate it finds moves by a few percent)."""
+SWEEP_NUM_PROMPTS = 100
+MAX_NUM_SEQS_KEEP_RATIO = 0.98
+"""A smaller max_num_seqs is chosen while it sustains at least this share of the best simulated rate."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,8 +68,12 @@ class Workload:
     ttft_p95_seconds: float | None = None
     tpot_seconds: float | None = None
     headroom_ratio: float = 0.2
+    slo_percentile: str = "p99"
+    """Where the TTFT and TPOT SLOs are checked in the simulated distribution: "p50", "p99" or "mean"."""
 
     def __post_init__(self) -> None:
+        if self.slo_percentile not in SLO_PERCENTILES:
+            raise InvalidSpec(f"must be one of {', '.join(SLO_PERCENTILES)}", field="workload.slo_percentile")
         if (self.requests_per_second is None) == (self.concurrent_users is None):
             raise InvalidSpec("give exactly one of requests_per_second or concurrent_users", field="workload")
         if self.requests_per_second is not None and self.requests_per_second <= 0:
@@ -101,6 +131,15 @@ class Option:
     cost_per_million_output_tokens_usd: float | None
     plan: CapacityPlan | None = None
     assumptions: tuple[str, ...] = ()
+    roofline_requests_per_second_per_replica: float | None = None
+    """The roofline's bound on requests/s per replica (no queueing); the sanity ceiling of the simulated rate."""
+    simulated_requests_per_second_per_replica: float | None = None
+    """Largest request rate one replica sustains within the SLOs in the serving simulator."""
+    simulations: int = 0
+    """Simulations the rate searches of this option ran (counted again when answered from the cache)."""
+    sizing: str = "simulated"
+    """How the per-replica capacity was found: "simulated" (serving simulator, roofline-capped), "roofline"
+    (a sweep option not simulated: an optimistic bound) or "kv-cache" (a GPU without bandwidth/FLOP figures)."""
 
 
 def _round_context(needed: int, model_max: int | None) -> int:
@@ -109,7 +148,7 @@ def _round_context(needed: int, model_max: int | None) -> int:
     return min(length, model_max) if model_max else length
 
 
-def evaluate(request: PlanRequest, workload: Workload) -> Option:
+def evaluate(request: PlanRequest, workload: Workload, *, search: Search | None = None) -> Option:
     """Evaluate one (model, GPU, TP, KV dtype, quantisation) option against the workload."""
     if request.gpu is None:
         raise InvalidSpec("a GPU is needed to recommend", field="gpu")
@@ -118,6 +157,7 @@ def evaluate(request: PlanRequest, workload: Workload) -> Option:
         with_changes(request, max_model_len=max_len, suggest=False, detail=False),
         workload,
         [reason] if reason else [],
+        search or Search(),
     )
 
 
@@ -130,7 +170,7 @@ def _context_length(request: PlanRequest, workload: Workload) -> tuple[int, str 
     return max_len, f"max_model_len {fmt_int(max_len)} covers p95 prompt + output ({fmt_int(context)} tokens)"
 
 
-def _evaluate(request: PlanRequest, workload: Workload, reasons: list[str]) -> Option:
+def _evaluate(request: PlanRequest, workload: Workload, reasons: list[str], search: Search) -> Option:
     """``evaluate`` for a request already at its max_model_len, in verdict-only mode."""
     model, gpu = request.model, request.gpu
     assert gpu is not None and request.max_model_len is not None
@@ -208,10 +248,74 @@ def _evaluate(request: PlanRequest, workload: Workload, reasons: list[str]) -> O
             )
         batch = min(kv_limit, cap)
         replicas = max(1, math.ceil((workload.concurrent_users or 0) * (1 + workload.headroom_ratio) / batch))
-        return _finish(base, workload, result, reasons, batch, kv_limit, None, cap, None, None, replicas, gpu)
+        option = _finish(
+            base, workload, result, reasons, batch, kv_limit, None, cap, None, None, replicas, gpu
+        )
+        return replace(option, sizing="kv-cache")
 
+    bound = _roofline(request, result, workload, kv_limit=kv_limit, cap=cap, step=step)
+    if isinstance(bound, str):
+        return _rejected(base, "misses SLO", [bound], default_mns=cap, result=result)
+    reasons.extend(bound.reasons)
+    if not search.simulate:
+        return _sized(base, workload, result, reasons, kv_limit, cap, gpu, bound=bound, simulated=None)
+    try:
+        simulated = _simulated(request, workload, cap=cap, search=search)
+    except InvalidSpec as exc:
+        return _rejected(
+            base, "cannot estimate", [f"the serving simulator: {exc}"], default_mns=cap, result=result
+        )
+    if simulated.rate.max_request_rate <= 0 or simulated.rate.at_rate is None:
+        return _rejected(
+            base,
+            "misses SLO",
+            [
+                f"the serving simulator finds no request rate at which one replica meets {_slo_text(workload)}"
+                f" (saturated throughput {simulated.rate.ceiling_request_rate:.2f} req/s)"
+            ],
+            default_mns=cap,
+            result=result,
+        )
+    return _sized(base, workload, result, reasons, kv_limit, cap, gpu, bound=bound, simulated=simulated)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Search:
+    """How hard an evaluation simulates: requests per simulation, and whether max_num_seqs is searched."""
+
+    simulate: bool = True
+    num_prompts: int = SEARCH_NUM_PROMPTS
+    search_max_num_seqs: bool = True
+    time_scale: float = 1.0
+    """``StepCoefficients.time_scale`` for the simulations: a step-time scale fitted from live latency."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Roofline:
+    slo_batch: int | None
+    batch: int
+    tpot_seconds: float
+    ttft_seconds: float
+    requests_per_second: float
+    reasons: tuple[str, ...]
+
+
+def _roofline(
+    request: PlanRequest,
+    result: CapacityPlan,
+    workload: Workload,
+    *,
+    kv_limit: int,
+    cap: int,
+    step: Callable[[int], float],
+) -> _Roofline | str:
+    """The roofline bound of one replica (service.core.throughput), or why even the roofline misses the SLO."""
+    model, gpu = request.model, request.gpu
+    assert gpu is not None
+    dtype_bytes = MODEL_DTYPE_BYTES.get(result.settings.dtype, 2)
+    fp8 = (result.settings.quantization or "") == "fp8" and bool(gpu.fp8_dense_flops_per_second)
+    reasons: list[str] = []
     slo_batch: int | None = None
-    upper = min(kv_limit, cap)
     if workload.tpot_seconds is not None:
         slo_batch = max_batch_within_tpot(
             model,
@@ -219,36 +323,23 @@ def _evaluate(request: PlanRequest, workload: Workload, reasons: list[str]) -> O
             tpot_seconds=workload.tpot_seconds,
             upper=max(kv_limit, cap),
             weights_bytes=result.memory.weights_bytes,
-            kv_bytes_per_token=kv_per_token,
+            kv_bytes_per_token=result.kv_cache.bytes_per_token,
             context_tokens=workload.mean_decode_context,
             tensor_parallel_size=request.tensor_parallel_size,
             dtype_bytes=dtype_bytes,
             fp8_compute=fp8,
         )
         if slo_batch == 0:
-            one = step(1)
-            return _rejected(
-                base,
-                "misses SLO",
-                [
-                    f"time per output token is {one * 1e3:.1f} ms even at batch 1 (SLO {workload.tpot_seconds * 1e3:.1f} ms)"
-                ],
-                default_mns=cap,
-                result=result,
+            return (
+                f"time per output token is {step(1) * 1e3:.1f} ms even at batch 1 "
+                f"(SLO {workload.tpot_seconds * 1e3:.1f} ms)"
             )
         reasons.append(
-            f"batches up to {fmt_int(slo_batch)} keep time per output token ≤ {workload.tpot_seconds * 1e3:.1f} ms"
+            f"roofline: batches up to {fmt_int(slo_batch)} keep time per output token ≤ "
+            f"{workload.tpot_seconds * 1e3:.1f} ms"
         )
+    upper = min(kv_limit, cap)
     batch = min(upper, slo_batch) if slo_batch is not None else upper
-    limiter = (
-        "the KV cache"
-        if batch == kv_limit
-        else "the time-per-output-token SLO"
-        if batch == slo_batch
-        else f"vLLM's default max_num_seqs ({cap})"
-    )
-    reasons.append(f"max_num_seqs {fmt_int(batch)} is set by {limiter}")
-
     prompt = workload.prompt_tokens_p95 or workload.prompt_tokens
     ttft = prefill_seconds(
         model,
@@ -260,46 +351,192 @@ def _evaluate(request: PlanRequest, workload: Workload, reasons: list[str]) -> O
         fp8_compute=fp8,
     ).seconds
     if workload.ttft_p95_seconds is not None and ttft > workload.ttft_p95_seconds:
-        return _rejected(
-            base,
-            "misses SLO",
-            [
-                f"prefill of a {fmt_int(prompt)}-token prompt takes {ttft * 1e3:.0f} ms (TTFT SLO {workload.ttft_p95_seconds * 1e3:.0f} ms)"
-            ],
-            default_mns=cap,
-            result=result,
+        return (
+            f"prefill of a {fmt_int(prompt)}-token prompt takes {ttft * 1e3:.0f} ms "
+            f"(TTFT SLO {workload.ttft_p95_seconds * 1e3:.0f} ms)"
         )
     tpot = step(batch)
-    per_request_seconds = ttft + workload.output_tokens * tpot
-    rps_per_replica = batch / per_request_seconds
+    return _Roofline(
+        slo_batch=slo_batch,
+        batch=batch,
+        tpot_seconds=tpot,
+        ttft_seconds=ttft,
+        requests_per_second=batch / (ttft + workload.output_tokens * tpot),
+        reasons=tuple(reasons),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Simulated:
+    rate: RateSearchResult
+    max_num_seqs: int
+    simulations: int
+    reasons: tuple[str, ...]
+    time_scale: float = 1.0
+
+
+def _slo_target(workload: Workload) -> SloTarget:
+    return SloTarget(
+        ttft_seconds=workload.ttft_p95_seconds,
+        tpot_seconds=workload.tpot_seconds,
+        percentile=workload.slo_percentile,
+    )
+
+
+def _slo_text(workload: Workload) -> str:
+    parts = []
+    if workload.ttft_p95_seconds is not None:
+        parts.append(f"TTFT ≤ {workload.ttft_p95_seconds * 1e3:.0f} ms")
+    if workload.tpot_seconds is not None:
+        parts.append(f"TPOT ≤ {workload.tpot_seconds * 1e3:.1f} ms")
+    return f"{workload.slo_percentile} " + " and ".join(parts) if parts else "no SLO (saturated throughput)"
+
+
+@lru_cache(maxsize=512)
+def _rate_search(
+    request: PlanRequest,
+    slo: SloTarget,
+    prompt_tokens: int,
+    output_tokens: int,
+    num_prompts: int,
+    time_scale: float = 1.0,
+) -> tuple[RateSearchResult, int, int]:
+    """``max_rate_within_slo`` for one configuration, cached (requests, SLOs and lengths are all hashable):
+    the result without its timeline (kept small), the simulations it ran, and the peak of running requests."""
+    coefficients = (
+        None
+        if time_scale == 1.0
+        else replace(DEFAULT_STEP_COEFFICIENTS, time_scale=DEFAULT_STEP_COEFFICIENTS.time_scale * time_scale)
+    )
+    found = max_rate_within_slo(
+        request,
+        slo,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        num_prompts=num_prompts,
+        coefficients=coefficients,
+    )
+    sim = found.at_rate
+    if sim is None:
+        return found, found.simulations, 0
+    peak = getattr(sim, "peak_running", None) or max((p.running for p in sim.timeline), default=0)
+    return replace(found, at_rate=replace(sim, timeline=())), found.simulations, int(peak)
+
+
+def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Search) -> _Simulated:
+    """The sustainable rate at vLLM's cap, then smaller max_num_seqs while they keep ≥ 98 % of it."""
+    slo = _slo_target(workload)
+    lengths = (workload.prompt_tokens, workload.output_tokens, search.num_prompts, search.time_scale)
+    at_cap = with_changes(request, max_num_seqs=cap, suggest=False, detail=False)
+    best, simulations, peak = _rate_search(at_cap, slo, *lengths)
+    chosen_mns, chosen = cap, best
+    reasons = [
+        f"simulated: one replica sustains {best.max_request_rate:.2f} req/s within {_slo_text(workload)} "
+        f"(saturated {best.ceiling_request_rate:.2f} req/s; about {fmt_int(peak)} requests running at most)"
+    ]
+    # Below the peak of running requests the cap starts to bind; each smaller cap is checked by its own search
+    # (the sampled timeline can miss the exact peak, so even the first candidate is verified).
+    candidate = min(peak, cap - 1) if search.search_max_num_seqs and best.max_request_rate > 0 else 0
+    while candidate >= 1:
+        trial, runs, _ = _rate_search(
+            with_changes(request, max_num_seqs=candidate, suggest=False, detail=False), slo, *lengths
+        )
+        simulations += runs
+        if trial.max_request_rate < MAX_NUM_SEQS_KEEP_RATIO * best.max_request_rate:
+            break
+        chosen_mns, chosen = candidate, trial
+        candidate //= 2
+    if chosen is not best:
+        reasons.append(
+            f"simulated: max_num_seqs {fmt_int(chosen_mns)} still sustains {chosen.max_request_rate:.2f} "
+            f"req/s (≥ {MAX_NUM_SEQS_KEEP_RATIO:.0%} of the {best.max_request_rate:.2f} at {fmt_int(cap)})"
+        )
+    return _Simulated(
+        rate=chosen,
+        max_num_seqs=max(1, chosen_mns),
+        simulations=simulations,
+        reasons=tuple(reasons),
+        time_scale=search.time_scale,
+    )
+
+
+def _sized(
+    base: dict[str, object],
+    workload: Workload,
+    result: CapacityPlan,
+    reasons: list[str],
+    kv_limit: int,
+    cap: int,
+    gpu: GpuSpec,
+    *,
+    bound: _Roofline,
+    simulated: _Simulated | None,
+) -> Option:
+    """Replicas from the per-replica capacity: min(simulated, roofline) — or the roofline alone, unsimulated."""
+    roofline_rps = bound.requests_per_second
+    if simulated is None:
+        batch, rps, tpot, ttft = bound.batch, roofline_rps, bound.tpot_seconds, bound.ttft_seconds
+        users_per_replica = float(batch)
+        reasons.append(f"max_num_seqs {fmt_int(batch)} from the roofline (not simulated)")
+    else:
+        reasons.extend(simulated.reasons)
+        at = simulated.rate.at_rate
+        assert at is not None
+        batch = simulated.max_num_seqs
+        rps = min(simulated.rate.max_request_rate, roofline_rps)
+        prefix = {"p50": "median", "p99": "p99", "mean": "mean"}[workload.slo_percentile]
+        tpot = getattr(at.result, f"{prefix}_tpot_ms") / 1e3
+        ttft = getattr(at.result, f"{prefix}_ttft_ms") / 1e3
+        in_flight = simulated.rate.max_request_rate * at.result.mean_e2el_ms / 1e3
+        users_per_replica = max(1.0, min(in_flight, float(batch)))
+        if rps < simulated.rate.max_request_rate:
+            reasons.append(f"capped at the roofline's {roofline_rps:.2f} req/s per replica")
     if workload.requests_per_second is not None:
         replicas = max(
-            1,
-            math.ceil(workload.requests_per_second * (1 + workload.headroom_ratio) / rps_per_replica - 1e-9),
+            1, math.ceil(workload.requests_per_second * (1 + workload.headroom_ratio) / rps - 1e-9)
         )
         reasons.append(
-            f"{workload.requests_per_second:g} req/s × (1 + {workload.headroom_ratio:g} headroom) ÷ {rps_per_replica:.2f} req/s per replica → {replicas} replica(s)"
+            f"{workload.requests_per_second:g} req/s × (1 + {workload.headroom_ratio:g} headroom) ÷ "
+            f"{rps:.2f} req/s per replica → {replicas} replica(s)"
         )
     else:
         users = workload.concurrent_users or 0
-        replicas = max(1, math.ceil(users * (1 + workload.headroom_ratio) / batch - 1e-9))
+        replicas = max(1, math.ceil(users * (1 + workload.headroom_ratio) / users_per_replica - 1e-9))
         reasons.append(
-            f"{users} concurrent users × (1 + {workload.headroom_ratio:g} headroom) ÷ {batch} per replica → {replicas} replica(s)"
+            f"{users} concurrent users × (1 + {workload.headroom_ratio:g} headroom) ÷ "
+            f"{users_per_replica:.1f} in flight per replica → {replicas} replica(s)"
         )
-    return _finish(
-        base,
-        workload,
-        result,
-        reasons,
-        batch,
-        kv_limit,
-        slo_batch,
-        cap,
-        tpot,
-        ttft,
-        replicas,
-        gpu,
-        rps_per_replica,
+    option = _finish(
+        base, workload, result, reasons, batch, kv_limit, bound.slo_batch, cap, tpot, ttft, replicas, gpu, rps
+    )
+    assumptions = (
+        [
+            f"per-replica rate from the serving simulator ({simulated.rate.at_rate.result.completed if simulated.rate.at_rate else 0} "
+            f"requests per simulation, Poisson arrivals, mean lengths {workload.prompt_tokens}/{workload.output_tokens}); "
+            f"SLOs checked at {workload.slo_percentile}",
+            f"roofline bound {roofline_rps:.2f} req/s per replica (bandwidth/compute roofline, no queueing) "
+            f"against {simulated.rate.max_request_rate:.2f} simulated",
+            *(
+                [f"step times × {simulated.time_scale:.3g}, fitted from this deployment's observed latency"]
+                if simulated.time_scale != 1.0
+                else []
+            ),
+        ]
+        if simulated is not None
+        else [
+            "not simulated: its roofline bound is no cheaper than the best simulated option, or it is beyond the "
+            f"{SWEEP_MAX_SIMULATED} cheapest a sweep simulates",
+            "decode time from a bandwidth roofline at the mean decode context; TTFT from a compute roofline, no queueing",
+        ]
+    )
+    return replace(
+        option,
+        tokens_per_second_per_replica=rps * workload.output_tokens,
+        assumptions=(*assumptions, f"headroom {workload.headroom_ratio:.0%} above the demand"),
+        roofline_requests_per_second_per_replica=roofline_rps,
+        simulated_requests_per_second_per_replica=simulated.rate.max_request_rate if simulated else None,
+        simulations=simulated.simulations if simulated else 0,
+        sizing="simulated" if simulated else "roofline",
     )
 
 
@@ -394,7 +631,11 @@ def tp_candidates(num_attention_heads: int, *, limit: int = 8) -> list[int]:
 
 
 def recommend(
-    request: PlanRequest, workload: Workload, *, tensor_parallel_sizes: Sequence[int] | None = None
+    request: PlanRequest,
+    workload: Workload,
+    *,
+    tensor_parallel_sizes: Sequence[int] | None = None,
+    search: Search | None = None,
 ) -> tuple[Option | None, list[Option]]:
     """The smallest TP that starts and meets the SLO (with its replicas and cost), and every option tried.
 
@@ -403,7 +644,10 @@ def recommend(
     handful of requests can need many times the GPUs); the reasons then say so.
     """
     sizes = list(tensor_parallel_sizes or tp_candidates(request.model.num_attention_heads))
-    options = [evaluate(with_changes(request, tensor_parallel_size=tp), workload) for tp in sorted(sizes)]
+    options = [
+        evaluate(with_changes(request, tensor_parallel_size=tp), workload, search=search)
+        for tp in sorted(sizes)
+    ]
     feasible = [o for o in options if o.feasible]
     if not feasible:
         return None, options
@@ -419,12 +663,15 @@ def recommend(
 
 
 def rank(options: Iterable[Option]) -> list[Option]:
-    """Feasible options by cost per hour (unpriced after priced), then fewest GPUs; rejected ones last."""
+    """Feasible options by cost per hour (unpriced after priced), then fewest GPUs; rejected ones last.
+
+    Options sized by the roofline alone (a sweep's unsimulated ones) come after the simulated ones: their
+    figures are optimistic bounds, not predictions."""
 
     def key(o: Option) -> tuple[int, float, int, float]:
         cost = o.cost_per_hour_usd if o.cost_per_hour_usd is not None else math.inf
         return (
-            0 if o.feasible else 1,
+            (1 if o.sizing == "roofline" else 0) if o.feasible else 2,
             cost,
             o.gpus if o.feasible else 0,
             -(o.tokens_per_second_per_replica or 0.0),
@@ -441,8 +688,12 @@ def sweep(
     tensor_parallel_sizes: Sequence[int] | None = None,
     kv_cache_dtypes: Sequence[str] = ("auto", "fp8"),
     quantizations: Sequence[str | None] = (None, "fp8", "awq"),
+    simulate: bool = True,
 ) -> list[Option]:
     """Every GPU × TP × KV dtype × quantisation option for the model and workload, ranked by cost.
+
+    Every option gets its roofline figures; the serving simulator then sizes the cheapest ones, in roofline
+    order, until the roofline bound shows that no option left can be cheaper (``_simulate_cheapest``).
 
     Options whose weights alone exceed the GPU are rejected before any planning (most of a large catalog for a
     large model), so a sweep stays fast; the rest are evaluated in full.
@@ -451,6 +702,7 @@ def sweep(
     max_len, reason = _context_length(request, workload)
     sizes = sorted(tensor_parallel_sizes or tp_candidates(model.num_attention_heads))
     options: list[Option] = []
+    planned: list[tuple[Option, PlanRequest, list[str]]] = []
     seen: set[tuple[str, str | None, str, int]] = set()
     for gpu in gpus:
         for quant_name in quantizations:
@@ -498,20 +750,51 @@ def sweep(
                             )
                         )
                         continue
-                    options.append(
-                        _evaluate(
-                            with_changes(
-                                request,
-                                gpu=gpu,
-                                tensor_parallel_size=tp,
-                                kv_cache_dtype=kv,
-                                quantization=quant or "none",
-                                max_model_len=max_len,
-                                suggest=False,
-                                detail=False,
-                            ),
-                            workload,
-                            [reason] if reason else [],
-                        )
+                    candidate = with_changes(
+                        request,
+                        gpu=gpu,
+                        tensor_parallel_size=tp,
+                        kv_cache_dtype=kv,
+                        quantization=quant or "none",
+                        max_model_len=max_len,
+                        suggest=False,
+                        detail=False,
                     )
-    return rank(options)
+                    reasons = [reason] if reason else []
+                    bound = _evaluate(candidate, workload, list(reasons), Search(simulate=False))
+                    options.append(bound)
+                    if bound.feasible:
+                        planned.append((bound, candidate, reasons))
+    return rank(options if not simulate else _simulate_cheapest(options, planned, workload))
+
+
+SWEEP_SEARCH = Search(num_prompts=SWEEP_NUM_PROMPTS, search_max_num_seqs=False)
+SWEEP_MAX_SIMULATED = 8
+"""A sweep simulates at most this many options (the cheapest by roofline cost); the rest keep roofline figures."""
+
+
+def _simulate_cheapest(
+    options: list[Option], planned: list[tuple[Option, PlanRequest, list[str]]], workload: Workload
+) -> list[Option]:
+    """Simulate feasible options in order of their roofline cost until the bound proves the rest dearer.
+
+    The per-replica capacity is min(simulated, roofline), so an option's simulated cost is never below its
+    roofline cost: once the cheapest simulated cost is below the next option's roofline cost, no option left
+    can beat it (an equal cost cannot beat it either), and those keep their roofline figures, saying so in
+    their assumptions. At most ``SWEEP_MAX_SIMULATED`` options are simulated, so a sweep stays interactive.
+    """
+
+    def cost(option: Option) -> float:
+        return option.cost_per_hour_usd if option.cost_per_hour_usd is not None else math.inf
+
+    by_id = {id(option): index for index, option in enumerate(options)}
+    best = math.inf
+    ordered = sorted(planned, key=lambda entry: (cost(entry[0]), entry[0].gpus))
+    for bound, candidate, reasons in ordered[:SWEEP_MAX_SIMULATED]:
+        if cost(bound) >= best:
+            break
+        simulated = _evaluate(candidate, workload, list(reasons), SWEEP_SEARCH)
+        options[by_id[id(bound)]] = simulated
+        if simulated.feasible:
+            best = min(best, cost(simulated))
+    return options

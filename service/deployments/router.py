@@ -170,7 +170,12 @@ async def get_deployment_plan(
 ) -> DeploymentPlan:
     deployment = await _read(request, session, settings, namespace, name)
     catalog: CatalogHolder = request.app.state.catalog
-    return deployment_plan(catalog.snapshot, deployment, getattr(request.app.state, "calibrations", None))
+    return deployment_plan(
+        catalog.snapshot,
+        deployment,
+        getattr(request.app.state, "calibrations", None),
+        getattr(request.app.state, "step_time_scales", None),
+    )
 
 
 _TARGETS = {

@@ -37,6 +37,7 @@ from service.planning.calibration import CalibrationHolder
 from service.planning.recommendations import make_recommendation
 from service.planning.schemas import PlanRequestBody, RecommendRequestBody
 from service.planning.service import build_request, make_plan, resolve_gpu_ref, resolve_model_ref
+from service.planning.step_time_calibration import StepTimeScales
 
 logger = logging.getLogger("kvcap.deployments")
 
@@ -99,8 +100,13 @@ def plan_body(deployment: DeploymentRead) -> PlanRequestBody:
 
 
 def deployment_plan(
-    catalog: CatalogSnapshot, deployment: DeploymentRead, calibrations: CalibrationHolder | None = None
+    catalog: CatalogSnapshot,
+    deployment: DeploymentRead,
+    calibrations: CalibrationHolder | None = None,
+    scales: StepTimeScales | None = None,
 ) -> DeploymentPlan:
+    """The plan (block-calibrated when observed) and the recommendation for the registered workload, sized
+    with the step-time scale fitted for the deployment's configuration when live latency gave one."""
     result = make_plan(catalog, plan_body(deployment), calibrations)
     recommendation = None
     if deployment.workload is not None and deployment.gpu is not None:
@@ -110,7 +116,11 @@ def deployment_plan(
             if hasattr(deployment, key)
         }
         body["tensor_parallel_sizes"] = None
-        recommendation = make_recommendation(catalog, RecommendRequestBody.model_validate(body))
+        recommendation = make_recommendation(
+            catalog,
+            RecommendRequestBody.model_validate(body),
+            time_scale=scales.scale_for(result) if scales is not None else 1.0,
+        )
     return DeploymentPlan(deployment=deployment, plan=result, recommendation=recommendation)
 
 

@@ -52,6 +52,16 @@ class PredictedCapacity:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PredictedLatency:
+    """What the serving simulator predicts for one replica at the load and lengths the deployment shows."""
+
+    ttft_seconds: float | None
+    tpot_seconds: float | None
+    step_time_scale: float | None = None
+    """The deployment's fitted step-time multiplier (None when not fitted)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SelfMetrics:
     """The live refresher's own health (``kvcap_last_refresh_timestamp_seconds`` and friends)."""
 
@@ -169,6 +179,17 @@ class KvcapCollector(Collector):
         kvcap_scrape_duration_seconds{namespace="llm",deployment="chat"} 0.012
         kvcap_scrape_errors_total{namespace="llm",deployment="chat",reason="timeout"} 2.0
 
+    latency, from vLLM's histograms since the previous refresh and the serving simulator at that load::
+
+        kvcap_observed_ttft_seconds{namespace="llm",deployment="chat",stat="p99"} 0.35   (stat: mean, p50, p99)
+        kvcap_observed_tpot_seconds{namespace="llm",deployment="chat",stat="mean"} 0.021
+        kvcap_observed_request_rate{namespace="llm",deployment="chat"} 4.2
+        kvcap_predicted_ttft_seconds{namespace="llm",deployment="chat"} 0.12
+        kvcap_predicted_tpot_seconds{namespace="llm",deployment="chat"} 0.019
+        kvcap_latency_drift_ratio{namespace="llm",deployment="chat",latency="tpot"} 0.105
+            observed mean / predicted mean − 1; only when both exist and the prediction is > 0
+        kvcap_step_time_scale{namespace="llm",deployment="chat"} 1.1
+
     derived, when both sides exist::
 
         kvcap_prediction_error_ratio{namespace="llm",deployment="chat"} 0.0
@@ -192,8 +213,10 @@ class KvcapCollector(Collector):
         observations: Mapping[DeploymentKey, DeploymentObservation],
         self_metrics: SelfMetrics | None = None,
         admission: AdmissionMetrics | None = None,
+        latency: Mapping[DeploymentKey, PredictedLatency] | None = None,
     ) -> None:
         self._predictions = predictions
+        self._latency = latency or {}
         self._observations = observations
         self._self = self_metrics or SelfMetrics(deployments_tracked=len(observations))
         self._admission = admission if admission is not None else admission_metrics
@@ -204,7 +227,7 @@ class KvcapCollector(Collector):
         def add(name: str, labels: list[str], value: float) -> None:
             families[name].add_metric(labels, value)
 
-        for key in sorted(set(self._predictions) | set(self._observations)):
+        for key in sorted(set(self._predictions) | set(self._observations) | set(self._latency)):
             namespace, deployment = key
             labels = [namespace, deployment]
             predicted = self._predictions.get(key)
@@ -221,6 +244,7 @@ class KvcapCollector(Collector):
                 add("kvcap_deployment_replicas", labels, predicted.replicas)
                 if predicted.recommended_replicas is not None:
                     add("kvcap_recommended_replicas", labels, predicted.recommended_replicas)
+            self._latency_series(add, labels, observed, self._latency.get(key))
             if observed is None:
                 continue
             self._observed(add, labels, observed)
@@ -245,6 +269,38 @@ class KvcapCollector(Collector):
 
         yield from families.values()
         yield from self._admission.collect()
+
+    @staticmethod
+    def _latency_series(
+        add: _Add,
+        labels: list[str],
+        observed: DeploymentObservation | None,
+        predicted: PredictedLatency | None,
+    ) -> None:
+        latency = observed.latency if observed is not None else None
+        means: dict[str, float | None] = {"ttft": None, "tpot": None}
+        if latency is not None:
+            for name, distribution in (("ttft", latency.ttft), ("tpot", latency.tpot)):
+                if distribution is None:
+                    continue
+                means[name] = distribution.mean
+                for stat in ("mean", "p50", "p99"):
+                    value = getattr(distribution, stat)
+                    if value is not None:
+                        add(f"kvcap_observed_{name}_seconds", [*labels, stat], value)
+            if latency.request_rate is not None:
+                add("kvcap_observed_request_rate", labels, latency.request_rate)
+        if predicted is None:
+            return
+        if predicted.step_time_scale is not None:
+            add("kvcap_step_time_scale", labels, predicted.step_time_scale)
+        for name, value in (("ttft", predicted.ttft_seconds), ("tpot", predicted.tpot_seconds)):
+            if value is None:
+                continue
+            add(f"kvcap_predicted_{name}_seconds", labels, value)
+            mean = means[name]
+            if mean is not None and value > 0:
+                add("kvcap_latency_drift_ratio", [*labels, name], mean / value - 1)
 
     @staticmethod
     def _observed(add: _Add, labels: list[str], observed: DeploymentObservation) -> None:
@@ -274,12 +330,13 @@ def render_metrics(
     observations: Mapping[DeploymentKey, DeploymentObservation],
     self_metrics: SelfMetrics | None = None,
     admission: AdmissionMetrics | None = None,
+    latency: Mapping[DeploymentKey, PredictedLatency] | None = None,
     service: ServiceMetrics | None = None,
 ) -> bytes:
     """The text exposition of everything above, from a fresh registry (serve with ``CONTENT_TYPE``); with
     ``service``, kvcap's own HTTP, TLS, catalog, build and process metrics too."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(KvcapCollector(predictions, observations, self_metrics, admission))
+    registry.register(KvcapCollector(predictions, observations, self_metrics, admission, latency))
     if service is not None:
         registry.register(service)
     return generate_latest(registry)

@@ -19,7 +19,13 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from service.exporter.collector import AdmissionMetrics, PredictedCapacity, SelfMetrics, render_metrics
+from service.exporter.collector import (
+    AdmissionMetrics,
+    PredictedCapacity,
+    PredictedLatency,
+    SelfMetrics,
+    render_metrics,
+)
 from service.exporter.names import METRICS
 from service.exporter.service_metrics import ServiceMetrics
 from service.live.manager import DeploymentKey, DeploymentObservation
@@ -41,6 +47,7 @@ def family_blocks(text: bytes) -> list[tuple[str, bytes]]:
 class _Rendered:
     predictions: Mapping[DeploymentKey, PredictedCapacity]
     observations: Mapping[DeploymentKey, DeploymentObservation]
+    latency: Mapping[DeploymentKey, PredictedLatency] | None
     order: tuple[str, ...]
     """Every family of the snapshot's render, in order (a family yielded only when there is data is in it)."""
     blocks: Mapping[str, bytes]
@@ -60,21 +67,24 @@ class ExpositionCache:
         self,
         predictions: Mapping[DeploymentKey, PredictedCapacity],
         observations: Mapping[DeploymentKey, DeploymentObservation],
+        latency: Mapping[DeploymentKey, PredictedLatency] | None = None,
     ) -> None:
         """Render the fleet families of this snapshot, unless it was rendered before (the live worker calls this
         after each refresh, so no scrape pays for it)."""
-        self._rendered_for(predictions, observations)
+        self._rendered_for(predictions, observations, latency)
 
     def _rendered_for(
         self,
         predictions: Mapping[DeploymentKey, PredictedCapacity],
         observations: Mapping[DeploymentKey, DeploymentObservation],
+        latency: Mapping[DeploymentKey, PredictedLatency] | None = None,
     ) -> _Rendered:
         current = self._rendered
         if (
             current is not None
             and current.predictions is predictions
             and current.observations is observations
+            and current.latency is latency
         ):
             return current
         with self._lock:
@@ -83,14 +93,16 @@ class ExpositionCache:
                 current is not None
                 and current.predictions is predictions
                 and current.observations is observations
+                and current.latency is latency
             ):
                 return current
             blocks = family_blocks(
-                render_metrics(predictions, observations, SelfMetrics(), AdmissionMetrics())
+                render_metrics(predictions, observations, SelfMetrics(), AdmissionMetrics(), latency)
             )
             current = _Rendered(
                 predictions,
                 observations,
+                latency,
                 order=tuple(name for name, _ in blocks),
                 blocks={name: block for name, block in blocks if name in FLEET_FAMILIES},
             )
@@ -105,10 +117,11 @@ class ExpositionCache:
         self_metrics: SelfMetrics | None,
         admission: AdmissionMetrics | None,
         service: ServiceMetrics | None = None,
+        latency: Mapping[DeploymentKey, PredictedLatency] | None = None,
     ) -> bytes:
         """What ``render_metrics`` returns for these arguments, rendering the fleet part once per snapshot;
         kvcap's own metrics (``service``: HTTP, TLS, build, process) are per scrape."""
-        rendered = self._rendered_for(predictions, observations)
+        rendered = self._rendered_for(predictions, observations, latency)
         fresh = dict(
             family_blocks(
                 render_metrics(
@@ -116,7 +129,7 @@ class ExpositionCache:
                     {},
                     self_metrics or SelfMetrics(deployments_tracked=len(observations)),
                     admission,
-                    service,
+                    service=service,
                 )
             )
         )

@@ -114,6 +114,44 @@ METRICS: tuple[MetricName, ...] = (
         (),
     ),
     MetricName(
+        "kvcap_observed_ttft_seconds",
+        "gauge",
+        "Time to first token vLLM reports since the previous refresh (stat: mean, p50, p99), over replicas",
+        (*DEPLOYMENT_LABELS, "stat"),
+    ),
+    MetricName(
+        "kvcap_observed_tpot_seconds",
+        "gauge",
+        "Time per output token vLLM reports since the previous refresh (stat: mean, p50, p99), over replicas",
+        (*DEPLOYMENT_LABELS, "stat"),
+    ),
+    MetricName(
+        "kvcap_observed_request_rate",
+        "gauge",
+        "Requests per second the deployment finished since the previous refresh, summed over replicas",
+    ),
+    MetricName(
+        "kvcap_predicted_ttft_seconds",
+        "gauge",
+        "Mean time to first token the serving simulator predicts at the observed load and lengths",
+    ),
+    MetricName(
+        "kvcap_predicted_tpot_seconds",
+        "gauge",
+        "Mean time per output token the serving simulator predicts at the observed load and lengths",
+    ),
+    MetricName(
+        "kvcap_latency_drift_ratio",
+        "gauge",
+        "Observed / predicted mean latency - 1 (latency: ttft, tpot); 0 = the simulator matches the fleet",
+        (*DEPLOYMENT_LABELS, "latency"),
+    ),
+    MetricName(
+        "kvcap_step_time_scale",
+        "gauge",
+        "Step-time multiplier fitted from this deployment's observed time per output token (1 = uncalibrated)",
+    ),
+    MetricName(
         "kvcap_admission_reviews_total",
         "counter",
         "Admission reviews answered, by verdict",

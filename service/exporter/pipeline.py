@@ -10,7 +10,10 @@ Every ``KVCAP_SCRAPE_INTERVAL_SECONDS`` one replica:
    per-target timeouts and size caps, never blocking ``/metrics``);
 4. records each healthy replica's reported ``num_gpu_blocks`` as a calibration of its configuration, when the
    block size vLLM reports is the one the plan predicted (otherwise the registration does not describe what
-   runs, and the observation would teach the wrong lesson).
+   runs, and the observation would teach the wrong lesson);
+5. simulates each observed deployment at the load its latency histograms show, exports predicted next to
+   observed latency, and stores the step-time scale fitted from them (``service.exporter.latency``; in a
+   worker thread, bounded per refresh).
 
 ``GET /metrics`` only renders the latest snapshots; it never waits on a target or the database.
 
@@ -45,12 +48,14 @@ from service.deployments.service import DeploymentsHolder, deployment_plan
 from service.errors import ServiceError
 from service.exporter.collector import PredictedCapacity
 from service.exporter.exposition import ExpositionCache
+from service.exporter.latency import LatencyPredictions, record_step_times
 from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget
 from service.live.schemas import parse_live_source
 from service.planning.calibration import CalibrationHolder
 from service.planning.calibration_store import record_observation
 from service.planning.schemas import PlanResponse
+from service.planning.step_time_calibration import StepTimeScales
 from service.settings import Settings
 
 logger = logging.getLogger("kvcap.live")
@@ -72,7 +77,11 @@ class Predictions:
         self.capacities: Mapping[DeploymentKey, PredictedCapacity] = {}
 
     def update(
-        self, holder: CatalogHolder, deployments: Sequence[DeploymentRead], calibrations: CalibrationHolder
+        self,
+        holder: CatalogHolder,
+        deployments: Sequence[DeploymentRead],
+        calibrations: CalibrationHolder,
+        scales: StepTimeScales | None = None,
     ) -> None:
         catalog = holder.snapshot
         cache: dict[DeploymentKey, _Cached] = {}
@@ -83,10 +92,11 @@ class Predictions:
                 deployment.updated_at,
                 holder.generation,
                 calibrations.generation,
+                scales.generation if scales is not None else 0,
             )
             cached = self._cache.get(key)
             if cached is None or cached.fingerprint != fingerprint:
-                cached = _plan(deployment, catalog, calibrations, fingerprint)
+                cached = _plan(deployment, catalog, calibrations, fingerprint, scales)
             cache[key] = cached
         self._cache = cache
         self.capacities = {key: c.capacity for key, c in cache.items() if c.capacity is not None}
@@ -101,9 +111,10 @@ def _plan(
     catalog: CatalogSnapshot,
     calibrations: CalibrationHolder,
     fingerprint: tuple[object, ...],
+    scales: StepTimeScales | None = None,
 ) -> _Cached:
     try:
-        planned = deployment_plan(catalog, deployment, calibrations)
+        planned = deployment_plan(catalog, deployment, calibrations, scales)
         uncalibrated = (
             deployment_plan(catalog, deployment).plan
             if planned.plan.calibration and planned.plan.calibration.applied
@@ -169,6 +180,23 @@ async def record_calibrations(
     return recorded
 
 
+async def refresh_latency(
+    *,
+    latency: LatencyPredictions | None,
+    scales: StepTimeScales | None,
+    catalog: CatalogHolder,
+    owned: Sequence[DeploymentRead],
+    observations: Mapping[DeploymentKey, DeploymentObservation],
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    """Step 5 of the loop: predictions in a worker thread, then the fits stored and the scales reloaded."""
+    if latency is None or scales is None:
+        return
+    fits = await asyncio.to_thread(latency.update, catalog.snapshot, owned, observations, scales)
+    if await record_step_times(sessionmaker, fits):
+        await scales.reload(sessionmaker)
+
+
 async def live_tick(
     *,
     deployments: DeploymentsHolder,
@@ -178,17 +206,27 @@ async def live_tick(
     live: LiveManager,
     coordinator: Coordinator,
     sessionmaker: async_sessionmaker[AsyncSession],
+    scales: StepTimeScales | None = None,
+    latency: LatencyPredictions | None = None,
 ) -> None:
     """One pass of the loop described in the module docstring."""
     registered = deployments.deployments
     by_name = {f"{d.namespace}/{d.name}": d for d in registered}
     owned_names = await coordinator.owned(list(by_name))
     owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
-    predictions.update(catalog, owned, calibrations)
+    predictions.update(catalog, owned, calibrations, scales)
     await live.refresh(live_targets(owned))
     if await record_calibrations(sessionmaker, live.observations, predictions):
         await calibrations.reload(sessionmaker)
-        predictions.update(catalog, owned, calibrations)
+        predictions.update(catalog, owned, calibrations, scales)
+    await refresh_latency(
+        latency=latency,
+        scales=scales,
+        catalog=catalog,
+        owned=owned,
+        observations=live.observations,
+        sessionmaker=sessionmaker,
+    )
 
 
 async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinator, interval_s: float) -> None:
@@ -207,6 +245,8 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
                 live=live,
                 coordinator=coordinator,
                 sessionmaker=app.state.sessionmaker,
+                scales=getattr(app.state, "step_time_scales", None),
+                latency=getattr(app.state, "latency_predictions", None),
             )
         except asyncio.CancelledError:
             raise
@@ -245,8 +285,12 @@ class LiveWorker:
         live: LiveManager,
         refresh: Refresh | None = None,
         exposition: ExpositionCache | None = None,
+        scales: StepTimeScales | None = None,
+        latency: LatencyPredictions | None = None,
     ) -> None:
         self._settings = settings
+        self._scales = scales
+        self._latency = latency
         self._refresh = refresh
         self._exposition = exposition
         self._deployments = deployments
@@ -340,6 +384,8 @@ class LiveWorker:
                     live=self._live,
                     coordinator=coordinator,
                     sessionmaker=sessionmaker,
+                    scales=self._scales,
+                    latency=self._latency,
                 )
             except asyncio.CancelledError:
                 raise
@@ -347,7 +393,11 @@ class LiveWorker:
                 logger.warning("live refresh failed: %s: %s", type(exc).__name__, exc)
             if self._exposition is not None:  # render /metrics for this snapshot now, not in the next scrape
                 try:
-                    self._exposition.prepare(self._predictions.capacities, self._live.observations)
+                    self._exposition.prepare(
+                        self._predictions.capacities,
+                        self._live.observations,
+                        self._latency.latency if self._latency is not None else None,
+                    )
                 except Exception as exc:
                     logger.warning("rendering /metrics failed: %s: %s", type(exc).__name__, exc)
             self.ticks += 1

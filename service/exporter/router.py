@@ -29,6 +29,8 @@ async def metrics(request: Request) -> Response:
     live: LiveManager | None = getattr(request.app.state, "live", None)
     predictions = getattr(request.app.state, "predictions", None)
     capacities = predictions.capacities if predictions is not None else {}
+    latency_predictions = getattr(request.app.state, "latency_predictions", None)
+    latency = latency_predictions.latency if latency_predictions is not None else None
     observations = live.observations if live is not None else {}
     self_metrics = SelfMetrics.of(live) if live is not None else None
     cache: ExpositionCache | None = getattr(request.app.state, "exposition", None)
@@ -36,6 +38,6 @@ async def metrics(request: Request) -> Response:
         cache = request.app.state.exposition = ExpositionCache()
     service = getattr(request.app.state, "service_metrics", None)
     body = await asyncio.to_thread(
-        cache.render, capacities, observations, self_metrics, admission_metrics, service
+        cache.render, capacities, observations, self_metrics, admission_metrics, service, latency
     )
     return Response(body, media_type=CONTENT_TYPE)

@@ -9,7 +9,10 @@ slow or broken target delays only the next snapshot, and costs nothing but its o
 Aggregation over a deployment's pods follows what each number means: ``num_gpu_blocks`` is a per-replica
 property, so the deployment value is the median (the low median, always a value some pod reports) and each
 pod's own value is kept, so one odd pod stands out; usage is a per-replica fraction, so it is averaged;
-request and preemption counts are additive, so they are summed.
+request and preemption counts are additive, so they are summed. Latency and token histograms are additive
+too: each pod's histograms are differenced against that pod's previous read (what happened since the last
+refresh) and the differences summed; when any pod has no usable previous read (first read, a restart, a new
+pod) the deployment falls back to the pods' cumulative histograms, and says so (``window``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import httpx
 
 from service.live.coordination import Coordinator
 from service.live.guard import TargetGuard
+from service.live.histograms import Histogram, LatencyObservation, observe_latency, sum_histograms
 from service.live.kubernetes import DiscoveryError, KubernetesDiscovery
 from service.live.prometheus import query_prometheus
 from service.live.schemas import KubernetesSource, LiveSource, ScrapeUrlsSource
@@ -72,6 +76,8 @@ class PodObservation:
     data_parallel_size: int = 1
     model_names: tuple[str, ...] = ()
     cache_config: Mapping[str, str] | None = None
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+    """vLLM's cumulative latency and token histograms as read (see ``service.live.histograms``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +104,8 @@ class DeploymentObservation:
     """Pods read successfully in the last refresh."""
     cache_config: Mapping[str, str] | None = None
     """Every ``vllm:cache_config_info`` label of the first healthy pod (by name), for calibration."""
+    latency: LatencyObservation | None = None
+    """Mean, median and p99 of TTFT, TPOT, ITL, E2E and token counts since the previous refresh."""
 
     @property
     def key(self) -> DeploymentKey:
@@ -141,6 +149,7 @@ def _pod_observation(result: TargetResult, pod: str) -> PodObservation:
         data_parallel_size=metrics.data_parallel_size,
         model_names=metrics.model_names,
         cache_config=MappingProxyType(dict(config.labels)) if config is not None else None,
+        histograms=metrics.histograms,
     )
 
 
@@ -157,8 +166,13 @@ def aggregate(
     observed_at_s: float,
     duration_s: float,
     errors_total: Mapping[str, int] | None = None,
+    previous: DeploymentObservation | None = None,
 ) -> DeploymentObservation:
-    """One deployment's observation from its targets' results (pure; see the module docstring)."""
+    """One deployment's observation from its targets' results (pure; see the module docstring).
+
+    ``previous`` is the deployment's observation from the last refresh; its pods' histograms are the baseline
+    of the latency window.
+    """
     pods = tuple(
         sorted(
             (_pod_observation(r, pod) for r, pod in zip(results, _unique_pod_names(results), strict=True)),
@@ -184,7 +198,48 @@ def aggregate(
         preemptions_total=sum(p.preemptions_total for p in healthy),
         replicas=len(healthy),
         cache_config=first_config,
+        latency=_latency(healthy, previous, observed_at_s),
     )
+
+
+def _latency(
+    healthy: Sequence[PodObservation], previous: DeploymentObservation | None, observed_at_s: float
+) -> LatencyObservation | None:
+    """Latency since the previous refresh when every healthy pod has a baseline, else since start."""
+    cumulative = sum_histograms(p.histograms for p in healthy)
+    if not cumulative:
+        return None
+    deltas = _pod_deltas(healthy, previous)
+    if deltas is None or previous is None:
+        return observe_latency(cumulative, window="since_start")
+    return observe_latency(
+        sum_histograms(deltas),
+        window="since_last_scrape",
+        interval_seconds=observed_at_s - previous.observed_at_s,
+    )
+
+
+def _pod_deltas(
+    healthy: Sequence[PodObservation], previous: DeploymentObservation | None
+) -> list[dict[str, Histogram]] | None:
+    """Each pod's histograms minus its previous read; None when some pod has no usable baseline."""
+    if previous is None:
+        return None
+    before = {(p.pod, p.target): p for p in previous.pods if p.up}
+    deltas: list[dict[str, Histogram]] = []
+    for pod in healthy:
+        baseline = before.get((pod.pod, pod.target))
+        if baseline is None:
+            return None
+        delta: dict[str, Histogram] = {}
+        for name, histogram in pod.histograms.items():
+            earlier = baseline.histograms.get(name)
+            difference = histogram.minus(earlier) if earlier is not None else None
+            if difference is None:  # a restart, new bounds, or a histogram the last read lacked
+                return None
+            delta[name] = difference
+        deltas.append(delta)
+    return deltas
 
 
 def _failed(url: str, reason: ScrapeReason, detail: str, duration_s: float = 0.0) -> TargetResult:
@@ -281,7 +336,12 @@ class LiveManager:
                     failures[result.reason or "error"] += 1
             errors[key] = counter
             fresh[key] = aggregate(
-                target, results, observed_at_s=finished_at, duration_s=duration_s, errors_total=counter
+                target,
+                results,
+                observed_at_s=finished_at,
+                duration_s=duration_s,
+                errors_total=counter,
+                previous=self._observations.get(key),
             )
         self._errors = errors
         self._observations = MappingProxyType(fresh)

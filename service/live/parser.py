@@ -14,20 +14,27 @@ The source of truth is ``vllm/v1/metrics/loggers.py::PrometheusStatLogger`` (not
   over engines (and the first engine's ``kv_cache_size_tokens``/``kv_cache_max_concurrency``), on one series
   per engine — so it is read once, never summed again.
 
+- the latency and token histograms of ``service.live.histograms`` (time to first token, time per output token,
+  inter-token latency, end-to-end latency, prompt/generation tokens per request, tokens per step), summed over
+  engines and model names into one ``Histogram`` each.
+
 Parsing uses prometheus-client's own text parser, fed only the lines of the metrics above: a vLLM server
-exposes ~600 lines of histograms kvcap does not read, and skipping them makes parsing ~20× cheaper, which is
-what lets one kvcap refresh a thousand targets. Text with no ``vllm:`` metric at all (an HTML error page, a
+exposes ~600 lines, most of them histograms kvcap does not read (queue, prefill and decode times, request
+parameters), and skipping them keeps parsing cheap enough for one kvcap to refresh a thousand targets. Text with no ``vllm:`` metric at all (an HTML error page, a
 different exporter, garbage) raises ``ExpositionError``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from service.live.histograms import HISTOGRAM_NAMES, HISTOGRAM_SUFFIXES, Histogram, histograms_from_samples
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
@@ -41,7 +48,9 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 SAMPLE_NAMES = frozenset(
     {CACHE_CONFIG_INFO, KV_CACHE_USAGE, GPU_CACHE_USAGE_OLD, REQUESTS_RUNNING, REQUESTS_WAITING, PREEMPTIONS}
 )
-_FAMILY_NAMES = SAMPLE_NAMES | {"vllm:num_preemptions"}
+HISTOGRAM_SAMPLE_NAMES = frozenset(name + suffix for name in HISTOGRAM_NAMES for suffix in HISTOGRAM_SUFFIXES)
+_FAMILY_NAMES = SAMPLE_NAMES | {"vllm:num_preemptions"} | set(HISTOGRAM_NAMES)
+_WANTED_SAMPLES = SAMPLE_NAMES | HISTOGRAM_SAMPLE_NAMES
 
 Sample = tuple[str, Mapping[str, str], float]
 """(sample name, labels, value) — what both the exposition parser and the Prometheus source produce."""
@@ -158,6 +167,8 @@ class VllmMetrics:
     engines: tuple[EngineMetrics, ...] = ()
     cache_configs: Mapping[str, CacheConfig] = field(default_factory=dict)
     """By engine label (``""`` when the series has none)."""
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+    """Latency and token histograms by vLLM name, summed over engines and model names."""
 
     @property
     def cache_config(self) -> CacheConfig | None:
@@ -219,7 +230,11 @@ def metrics_from_samples(samples: Iterable[Sample]) -> VllmMetrics:
     """Assemble ``VllmMetrics`` from samples, keyed per (engine, model_name); unknown names are ignored."""
     gauges: dict[tuple[str | None, str | None], dict[str, float | None]] = {}
     configs: dict[str, CacheConfig] = {}
+    histogram_samples: list[Sample] = []
     for name, labels, value in samples:
+        if name in HISTOGRAM_SAMPLE_NAMES:
+            histogram_samples.append((name, labels, value))
+            continue
         if name == CACHE_CONFIG_INFO:
             configs.setdefault(
                 labels.get("engine", ""), CacheConfig({k: v for k, v in labels.items() if k != "engine"})
@@ -246,20 +261,23 @@ def metrics_from_samples(samples: Iterable[Sample]) -> VllmMetrics:
                 preemptions_total=values.get(PREEMPTIONS),
             )
         )
-    return VllmMetrics(engines=tuple(engines), cache_configs=configs)
+    return VllmMetrics(
+        engines=tuple(engines),
+        cache_configs=configs,
+        histograms=MappingProxyType(histograms_from_samples(histogram_samples)),
+    )
 
 
-_SAMPLE_PREFIXES = tuple(SAMPLE_NAMES)
+_SAMPLE_PREFIXES = tuple(_WANTED_SAMPLES)
+_NAME_END = re.compile(r"[{ \t]")
 
 
 def _is_wanted_sample(line: str) -> bool:
     """True for a sample line of a metric kvcap reads (the name followed by ``{`` or a blank)."""
     if not line.startswith(_SAMPLE_PREFIXES):
         return False
-    for name in SAMPLE_NAMES:
-        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " ", "\t"):
-            return True
-    return False
+    end = _NAME_END.search(line)
+    return end is not None and line[: end.start()] in _WANTED_SAMPLES
 
 
 def _relevant_lines(text: str) -> tuple[list[str], bool]:

@@ -2,7 +2,8 @@
 
 For fleets beyond one kvcap's reach kvcap does not scrape the pods itself; it runs a handful of instant
 queries (``GET /api/v1/query``, https://prometheus.io/docs/prometheus/latest/querying/api/) — one per vLLM
-metric it reads, each restricted by the deployment's ``match`` selector — and regroups the series by pod
+gauge it reads and one for all the latency/token histogram series (a ``__name__`` regex), each restricted by
+the deployment's ``match`` selector — and regroups the series by pod
 (label ``pod``, else ``instance``) into the same ``TargetResult`` a direct scrape gives, so nothing downstream
 knows the difference. ``up{match}`` marks pods whose own scrape fails (reason ``down``).
 
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 
 from service.live.guard import TargetGuard
+from service.live.histograms import HISTOGRAM_NAMES, HISTOGRAM_SUFFIXES
 from service.live.parser import (
     CACHE_CONFIG_INFO,
     GPU_CACHE_USAGE_OLD,
@@ -53,6 +55,12 @@ TARGET_LABELS = frozenset(
     }
 )
 QUERIED = (CACHE_CONFIG_INFO, KV_CACHE_USAGE, REQUESTS_RUNNING, REQUESTS_WAITING, PREEMPTIONS)
+HISTOGRAMS_REGEX = "({})({})".format("|".join(HISTOGRAM_NAMES), "|".join(HISTOGRAM_SUFFIXES))
+
+
+def histograms_query(match: str) -> str:
+    """Every histogram series kvcap reads, restricted by ``match`` (a validated ``{...}`` selector)."""
+    return '{__name__=~"' + HISTOGRAMS_REGEX + '",' + match.strip()[1:]
 
 
 def _pod_of(metric: Mapping[str, str]) -> str:
@@ -127,9 +135,12 @@ async def query_prometheus(
             if guard is not None:
                 await guard.check_resolved(endpoint)
             answers = await asyncio.gather(
-                *(instant(name + source.match) for name in QUERIED), instant("up" + source.match)
+                *(instant(name + source.match) for name in QUERIED),
+                instant(histograms_query(source.match)),
+                instant("up" + source.match),
             )
             by_name = dict(zip(QUERIED, answers[: len(QUERIED)], strict=True))
+            by_name["histograms"] = answers[len(QUERIED)]
             if not by_name[KV_CACHE_USAGE]:  # before 0.11 only the old name may exist
                 by_name[GPU_CACHE_USAGE_OLD] = await instant(GPU_CACHE_USAGE_OLD + source.match)
     except Exception as exc:

@@ -6,7 +6,7 @@ import dataclasses
 
 from service.catalog.snapshot import CatalogSnapshot
 from service.core.errors import InvalidSpec
-from service.core.recommend import Option, Workload, recommend, sweep
+from service.core.recommend import Option, Search, Workload, recommend, sweep
 from service.errors import Unprocessable
 from service.planning.schemas import (
     OptionOut,
@@ -32,14 +32,22 @@ def option_out(option: Option) -> OptionOut:
     return OptionOut.model_validate(data)
 
 
-def make_recommendation(snapshot: CatalogSnapshot, body: RecommendRequestBody) -> RecommendationOut:
+def make_recommendation(
+    snapshot: CatalogSnapshot, body: RecommendRequestBody, *, time_scale: float = 1.0
+) -> RecommendationOut:
+    """``time_scale``: a step-time scale fitted from live latency (the deployment plan passes its own)."""
     model = resolve_model_ref(snapshot, body.model)
     gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
     assert gpu is not None and gpu_subject is not None
     workload = to_workload(body.workload)
     request = build_request(model.spec, gpu, body, implied_quantization=model.implied_quantization)
     try:
-        chosen, options = recommend(request, workload, tensor_parallel_sizes=body.tensor_parallel_sizes)
+        chosen, options = recommend(
+            request,
+            workload,
+            tensor_parallel_sizes=body.tensor_parallel_sizes,
+            search=Search(time_scale=time_scale),
+        )
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None
     return RecommendationOut(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import partial
 
+import anyio
 from fastapi import APIRouter, Request, Response
 
 from service.catalog.snapshot import CatalogHolder
@@ -13,10 +15,13 @@ from service.planning.schemas import (
     PlanResponse,
     RecommendationOut,
     RecommendRequestBody,
+    SimulationOut,
+    SimulationRequestBody,
     SweepOut,
     SweepRequestBody,
 )
 from service.planning.service import make_plan
+from service.planning.simulations import SIMULATION_THREADS, make_simulation, simulation_limits
 
 router = APIRouter(prefix="/v1", tags=["plans"])
 
@@ -93,3 +98,35 @@ async def create_recommendation(request: Request, body: RecommendRequestBody) ->
 )
 async def create_sweep(request: Request, body: SweepRequestBody) -> SweepOut:
     return make_sweep(catalog_snapshot(request).snapshot, body)
+
+
+_SIMULATIONS = anyio.CapacityLimiter(SIMULATION_THREADS)
+
+
+@router.post(
+    "/simulations",
+    response_model=SimulationOut,
+    summary="Simulate `vllm bench serve` against one replica: vLLM's result keys, a timeline, an error band",
+    responses={
+        422: {
+            "description": "invalid settings or benchmark, a replica that would not start, or a run larger "
+            "than one request may simulate (the field is named)"
+        }
+    },
+)
+async def create_simulation(request: Request, body: SimulationRequestBody) -> SimulationOut:
+    """Pure computation over the in-memory catalog, in a worker thread (at most a few run at once).
+
+    The cost is bounded before anything runs: prompts, tokens and engine iterations are capped
+    (``service.planning.simulations.API_LIMITS``), and a larger run is refused with a 422 naming
+    ``benchmark.num_prompts``.
+    """
+    snapshot = catalog_snapshot(request).snapshot
+    job = partial(
+        make_simulation,
+        snapshot,
+        body,
+        scales=getattr(request.app.state, "step_time_scales", None),
+        limits=simulation_limits(request.app.state.settings),
+    )
+    return await anyio.to_thread.run_sync(job, limiter=_SIMULATIONS)

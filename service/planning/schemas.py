@@ -233,6 +233,9 @@ class WorkloadIn(Schema):
     headroom_ratio: Annotated[float, Field(ge=0, le=10)] = Field(
         default=0.2, description="capacity above demand"
     )
+    slo_percentile: Literal["p50", "p99", "mean"] = Field(
+        default="p99", description="where the TTFT and TPOT SLOs are checked in the simulated distribution"
+    )
 
     @model_validator(mode="after")
     def _one_demand(self) -> WorkloadIn:
@@ -281,6 +284,17 @@ class OptionOut(BaseModel):
     cost_per_million_output_tokens_usd: float | None
     num_gpu_blocks: int | None = None
     assumptions: list[str] = Field(default_factory=list)
+    roofline_requests_per_second_per_replica: float | None = Field(
+        default=None, description="the roofline's optimistic bound (no queueing): the sanity ceiling"
+    )
+    simulated_requests_per_second_per_replica: float | None = Field(
+        default=None, description="largest rate one replica sustains within the SLOs in the serving simulator"
+    )
+    simulations: int = 0
+    sizing: Literal["simulated", "roofline", "kv-cache"] = Field(
+        default="simulated",
+        description="simulated; roofline (a sweep option not simulated, optimistic); kv-cache (GPU lacks figures)",
+    )
 
 
 class RecommendationOut(BaseModel):
@@ -315,3 +329,119 @@ class SweepOut(BaseModel):
     options: list[OptionOut] = Field(
         description="ranked: cheapest feasible first, then rejected with reasons"
     )
+
+
+class BenchmarkIn(Schema):
+    """One ``vllm bench serve`` run (flag names as fields: ``--random-input-len`` → ``random_input_len``)."""
+
+    dataset_name: Literal["random", "sharegpt", "explicit"] = Field(
+        default="random", description="'explicit' takes per-request lengths from ``requests``"
+    )
+    num_prompts: Annotated[int, Field(ge=1, le=20_000)] = 1000
+    request_rate: Annotated[float, Field(gt=0, le=1_000_000)] | Literal["inf"] = Field(
+        default="inf", description="requests/s; 'inf' sends every request at once"
+    )
+    burstiness: Annotated[float, Field(gt=0, le=1_000)] = Field(
+        default=1.0, description="gamma shape of the arrival gaps; 1 = Poisson"
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    random_input_len: Annotated[int, Field(ge=1, le=10_000_000)] = 1024
+    random_output_len: Annotated[int, Field(ge=1, le=10_000_000)] = 128
+    random_range_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    random_prefix_len: Annotated[int, Field(ge=0, le=10_000_000)] = 0
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
+    requests: (
+        list[tuple[Annotated[int, Field(ge=1, le=10_000_000)], Annotated[int, Field(ge=1, le=10_000_000)]]]
+        | None
+    ) = Field(default=None, max_length=20_000, description="[prompt_tokens, output_tokens] per request")
+
+    @model_validator(mode="after")
+    def _explicit_needs_requests(self) -> BenchmarkIn:
+        if self.dataset_name == "explicit" and not self.requests:
+            raise ValueError("dataset_name 'explicit' needs requests: [[prompt_tokens, output_tokens], ...]")
+        if self.dataset_name != "explicit" and self.requests is not None:
+            raise ValueError("requests are only read with dataset_name 'explicit'")
+        return self
+
+
+class SimulationRequestBody(PlanRequestBody):
+    """Every ``/v1/plans`` field, plus the benchmark to simulate against that replica."""
+
+    benchmark: BenchmarkIn = Field(default_factory=BenchmarkIn)
+
+
+class BenchmarkResultOut(BaseModel):
+    """The scalar keys of vLLM's ``vllm bench serve --save-result`` JSON, same names and units."""
+
+    duration: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    max_output_tokens_per_s: float
+    max_concurrent_requests: int
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    std_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    std_tpot_ms: float
+    p99_tpot_ms: float
+    mean_itl_ms: float
+    median_itl_ms: float
+    std_itl_ms: float
+    p99_itl_ms: float
+    mean_e2el_ms: float
+    median_e2el_ms: float
+    std_e2el_ms: float
+    p99_e2el_ms: float
+
+
+class TimelinePointOut(BaseModel):
+    time_seconds: float
+    running: int
+    waiting: int
+    kv_cache_usage_ratio: float
+    tokens_per_step: float
+
+
+class ErrorBandOut(BaseModel):
+    """± ``ratio`` around the headline figures: the simulator's held-back median error, rounded up."""
+
+    ratio: float
+    output_throughput: tuple[float, float]
+    request_throughput: tuple[float, float]
+    mean_ttft_ms: tuple[float, float]
+    mean_tpot_ms: tuple[float, float]
+
+
+class PlanSummaryOut(BaseModel):
+    """The replica the simulation ran against (``POST /v1/plans`` has the full plan)."""
+
+    model: Subject
+    gpu: Subject | None
+    fits: bool
+    num_gpu_blocks: int
+    block_size: int
+    kv_cache_size_tokens: int
+    max_concurrency: float
+    settings: SettingsOut
+
+
+class SimulationOut(BaseModel):
+    result: BenchmarkResultOut
+    timeline: list[TimelinePointOut] = Field(description="about 200 points evenly spread over the run")
+    assumptions: list[str]
+    error_band: ErrorBandOut
+    messages: list[str]
+    num_preemptions: int
+    num_steps: int = Field(description="engine steps simulated")
+    step_time_scale: float = Field(
+        description="multiplier on the modelled step time (1 unless this configuration was fitted from live data)"
+    )
+    benchmark: BenchmarkIn
+    plan: PlanSummaryOut

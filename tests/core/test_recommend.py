@@ -1,4 +1,6 @@
-"""Recommendations on hand-computed cases: replicas, max_num_seqs limits, SLOs, TP choice and the roofline bound."""
+"""Recommendations: KV limits by hand, the roofline bound by its formula, and the simulator's sizing by its
+documented rules (replicas from min(simulated, roofline), monotone in demand, SLO met at the asked percentile,
+max_num_seqs within 98 % of the best rate, infeasible SLOs rejected with a reason, searches cached)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,23 @@ import math
 import pytest
 
 from service.core.planner import PlanRequest, with_changes
-from service.core.recommend import Workload, evaluate, rank, recommend, sweep
+from service.core.planner import plan as planner_plan
+from service.core.recommend import (
+    MAX_NUM_SEQS_KEEP_RATIO,
+    SEARCH_NUM_PROMPTS,
+    SWEEP_MAX_SIMULATED,
+    SWEEP_SEARCH,
+    Search,
+    Workload,
+    _rate_search,
+    evaluate,
+    rank,
+    recommend,
+    sweep,
+)
+from service.core.serving import SloTarget, max_rate_within_slo
 from service.core.specs import GpuSpec, ModelSpec
-from service.core.throughput import STEP_OVERHEAD_SECONDS, decode_step
+from service.core.throughput import STEP_OVERHEAD_SECONDS, decode_step, prefill_seconds
 from service.core.units import GIB
 from tests.core.model_cards import LLAMA_31_8B as LLAMA_8B
 
@@ -51,32 +67,62 @@ def test_batch_one_decode_stays_under_the_bandwidth_limit() -> None:
     assert step.bound == "memory"
 
 
-def test_replicas_for_concurrent_users_come_from_the_kv_limit_with_headroom() -> None:
-    # 55 GiB / 2 MiB per block = 28,160 blocks; a 1,000 + 200 token request needs cdiv(1,200, 16) = 75 blocks
-    # → 375 requests per replica; 1,000 users × 1.2 headroom / 375 = 3.2 → 4 replicas.
-    option = evaluate(
-        exact(), Workload(concurrent_users=1000, prompt_tokens=1000, output_tokens=200, headroom_ratio=0.2)
-    )
-    assert option.feasible
+def test_replicas_for_concurrent_users_come_from_the_users_one_replica_holds_with_headroom() -> None:
+    # The KV cache alone: 55 GiB / 2 MiB per block = 28,160 blocks; a 1,000 + 200 token request needs
+    # cdiv(1,200, 16) = 75 blocks → 375 requests per replica.
+    workload = Workload(concurrent_users=1000, prompt_tokens=1000, output_tokens=200, headroom_ratio=0.2)
+    option = evaluate(exact(), workload)
+    assert option.feasible and option.sizing == "simulated"
     assert option.kv_concurrency == 28_160 // 75 == 375
-    assert option.max_num_seqs == 375
-    assert option.replicas == math.ceil(1000 * 1.2 / 375) == 4
-    assert option.gpus == 4
-    assert option.cost_per_hour_usd == pytest.approx(16.0)
+    # A replica holds at most max_num_seqs requests in flight, so at least ceil(users × 1.2 / max_num_seqs)
+    # replicas are needed; the simulated in-flight count (rate × mean E2E latency) can only need more.
+    assert option.replicas >= math.ceil(1000 * 1.2 / option.max_num_seqs)
+    assert option.gpus == option.replicas
+    assert option.cost_per_hour_usd == pytest.approx(4.0 * option.replicas)
+    more = evaluate(exact(), dataclasses.replace(workload, concurrent_users=4000))
+    assert more.replicas >= option.replicas
 
 
-def test_replicas_for_a_request_rate_follow_littles_law() -> None:
+def roofline_rps(request: PlanRequest, workload: Workload, batch: int) -> float:
+    """The roofline of service.core.throughput by hand: batch / (prefill(p95 prompt) + output × step(batch))."""
+    plan = planner_plan(with_changes(request, max_model_len=2048))
+    step = decode_step(
+        LLAMA_8B,
+        H100,
+        weights_bytes=plan.memory.weights_bytes,
+        kv_bytes_per_token=plan.kv_cache.bytes_per_token,
+        batch=batch,
+        context_tokens=workload.mean_decode_context,
+    ).seconds
+    ttft = prefill_seconds(
+        LLAMA_8B, H100, prompt_tokens=workload.prompt_tokens, weights_bytes=plan.memory.weights_bytes
+    )
+    return batch / (ttft.seconds + workload.output_tokens * step)
+
+
+def test_replicas_for_a_request_rate_divide_it_by_the_smaller_of_simulated_and_roofline_capacity() -> None:
     workload = Workload(requests_per_second=300, prompt_tokens=1000, output_tokens=200, headroom_ratio=0.25)
     option = evaluate(exact(), workload)
-    assert (
-        option.feasible
-        and option.tpot_seconds
-        and option.ttft_seconds
-        and option.requests_per_second_per_replica
+    assert option.feasible and option.requests_per_second_per_replica
+    simulated = option.simulated_requests_per_second_per_replica
+    roofline = option.roofline_requests_per_second_per_replica
+    assert simulated and roofline
+    # no SLO: the roofline batch is the KV limit (375 < vLLM's 1,024), the same formula as before
+    assert roofline == pytest.approx(roofline_rps(exact(), workload, 375), rel=1e-6)
+    assert option.requests_per_second_per_replica == pytest.approx(min(simulated, roofline))
+    assert option.replicas == math.ceil(300 * 1.25 / option.requests_per_second_per_replica - 1e-9)
+    assert any("roofline" in a for a in option.assumptions) and any(
+        "simulator" in a for a in option.assumptions
     )
-    per_request = option.ttft_seconds + 200 * option.tpot_seconds  # W: time one request spends in the system
-    assert option.requests_per_second_per_replica == pytest.approx(option.max_num_seqs / per_request)
-    assert option.replicas == math.ceil(300 * 1.25 / option.requests_per_second_per_replica)
+
+
+def test_replicas_never_fall_as_the_request_rate_rises() -> None:
+    replicas = [
+        evaluate(exact(), Workload(requests_per_second=rate, prompt_tokens=1000, output_tokens=200)).replicas
+        for rate in (1, 10, 40, 160)
+    ]
+    assert replicas == sorted(replicas)
+    assert replicas[-1] > replicas[0]
 
 
 def test_max_num_seqs_never_exceeds_vllms_default_unless_asked() -> None:
@@ -85,9 +131,37 @@ def test_max_num_seqs_never_exceeds_vllms_default_unless_asked() -> None:
     )  # 28,160 / cdiv(150, 16) = 2,816
     default = evaluate(exact(), small)
     assert default.kv_concurrency == 28_160 // 10
-    assert default.max_num_seqs == 1024 == default.default_max_num_seqs  # H100-class default
+    assert default.default_max_num_seqs == 1024  # H100-class default
+    assert 1 <= default.max_num_seqs <= 1024
     asked = evaluate(exact(max_num_seqs=2048), small)
-    assert asked.max_num_seqs == 2048
+    assert asked.default_max_num_seqs == 2048
+    assert 1 <= asked.max_num_seqs <= 2048
+
+
+def test_the_chosen_max_num_seqs_sustains_at_least_98_percent_of_the_best_rate() -> None:
+    workload = Workload(
+        requests_per_second=50, prompt_tokens=1000, output_tokens=200, ttft_p95_seconds=2.0, tpot_seconds=0.05
+    )
+    option = evaluate(exact(), workload)
+    assert option.feasible and option.simulated_requests_per_second_per_replica
+    slo = SloTarget(ttft_seconds=2.0, tpot_seconds=0.05, percentile="p99")
+    request = with_changes(exact(), max_model_len=2048, suggest=False, detail=False)
+    best = max_rate_within_slo(
+        with_changes(request, max_num_seqs=1024),
+        slo,
+        prompt_tokens=1000,
+        output_tokens=200,
+        num_prompts=SEARCH_NUM_PROMPTS,
+    )
+    at_choice = max_rate_within_slo(
+        with_changes(request, max_num_seqs=option.max_num_seqs),
+        slo,
+        prompt_tokens=1000,
+        output_tokens=200,
+        num_prompts=SEARCH_NUM_PROMPTS,
+    )
+    assert at_choice.max_request_rate >= MAX_NUM_SEQS_KEEP_RATIO * best.max_request_rate
+    assert option.simulated_requests_per_second_per_replica == pytest.approx(at_choice.max_request_rate)
 
 
 def test_an_option_that_misses_the_slo_is_never_recommended() -> None:
@@ -97,12 +171,28 @@ def test_an_option_that_misses_the_slo_is_never_recommended() -> None:
     assert all(not o.feasible and o.rejection == "misses SLO" for o in options)
 
 
-def test_the_tpot_slo_caps_the_batch() -> None:
+def test_the_tpot_slo_is_met_in_the_simulation_and_caps_the_roofline_batch() -> None:
     workload = Workload(concurrent_users=100, prompt_tokens=1000, output_tokens=200, tpot_seconds=0.012)
     option = evaluate(exact(), workload)
     assert option.feasible and option.slo_batch is not None
-    assert option.max_num_seqs == option.slo_batch < option.kv_concurrency
-    assert option.tpot_seconds is not None and option.tpot_seconds <= 0.012
+    assert option.slo_batch < option.kv_concurrency  # the roofline's own cap from the SLO
+    assert option.tpot_seconds is not None and option.tpot_seconds <= 0.012  # simulated p99 TPOT at the rate
+    looser = evaluate(exact(), dataclasses.replace(workload, tpot_seconds=0.05))
+    assert looser.simulated_requests_per_second_per_replica is not None
+    assert option.simulated_requests_per_second_per_replica is not None
+    assert (
+        looser.simulated_requests_per_second_per_replica >= option.simulated_requests_per_second_per_replica
+    )
+
+
+def test_an_slo_no_rate_meets_is_rejected_with_the_reason() -> None:
+    # Prefill of an 8,000-token prompt alone is 2 × 8.03 G parameters × 8,000 tokens ≈ 1.3e14 FLOPs, ≈ 0.24 s
+    # at 55 % of 989 TFLOP/s: no rate keeps a 50 ms TTFT, whichever model (roofline or simulator) says it first.
+    option = evaluate(
+        exact(), Workload(requests_per_second=1, prompt_tokens=8000, output_tokens=200, ttft_p95_seconds=0.05)
+    )
+    assert not option.feasible and option.rejection == "misses SLO"
+    assert option.replicas == 0 and option.reasons
 
 
 def test_smallest_tp_that_fits_is_recommended() -> None:
@@ -186,12 +276,15 @@ def test_sweep_ranks_feasible_options_by_cost_and_explains_rejections() -> None:
 
 
 def test_a_sweep_option_is_the_same_as_evaluating_that_option_alone() -> None:
-    """The sweep's shortcut (one clone per option, the context length chosen once) changes nothing."""
+    """The sweep's shortcut (one clone per option, the context length chosen once) changes nothing: a simulated
+    option equals evaluating it with the sweep's search, an unsimulated one equals its roofline evaluation."""
     workload = Workload(requests_per_second=5, prompt_tokens=1000, output_tokens=200, tpot_seconds=0.05)
     options = sweep(PlanRequest(model=LLAMA_8B), workload, [H100], tensor_parallel_sizes=[1, 2])
     evaluated = [o for o in options if o.plan is not None]
     assert len(evaluated) >= 4
+    assert any(o.sizing == "simulated" for o in evaluated)
     for option in evaluated:
+        search = SWEEP_SEARCH if option.sizing == "simulated" else Search(simulate=False)
         alone = evaluate(
             PlanRequest(
                 model=LLAMA_8B,
@@ -201,8 +294,38 @@ def test_a_sweep_option_is_the_same_as_evaluating_that_option_alone() -> None:
                 quantization=option.quantization or "none",
             ),
             workload,
+            search=search,
         )
-        assert alone == option
+        assert dataclasses.replace(alone, simulations=0) == dataclasses.replace(option, simulations=0)
+
+
+def test_a_sweep_ranks_simulated_options_before_unsimulated_roofline_bounds() -> None:
+    workload = Workload(requests_per_second=5, prompt_tokens=1000, output_tokens=200)
+    options = sweep(PlanRequest(model=LLAMA_8B), workload, [H100], tensor_parallel_sizes=[1, 2, 4])
+    tiers = [0 if o.sizing != "roofline" else 1 for o in options if o.feasible]
+    assert tiers == sorted(tiers)
+    simulated = [o for o in options if o.feasible and o.sizing == "simulated"]
+    roofline = [o for o in options if o.feasible and o.sizing == "roofline"]
+    assert simulated
+    # what is left unsimulated is never cheaper than the best simulated option, even by its optimistic bound,
+    # unless the sweep's simulation budget ran out first
+    best = min(o.cost_per_hour_usd or math.inf for o in simulated)
+    assert (
+        all((o.cost_per_hour_usd or math.inf) >= best for o in roofline)
+        or len(simulated) >= SWEEP_MAX_SIMULATED
+    )
+
+
+def test_asking_again_for_the_same_option_runs_no_new_simulation() -> None:
+    workload = Workload(requests_per_second=7, prompt_tokens=900, output_tokens=150)
+    before = _rate_search.cache_info()
+    first = evaluate(exact(), workload)
+    middle = _rate_search.cache_info()
+    again = evaluate(exact(), workload)
+    after = _rate_search.cache_info()
+    assert first == again
+    assert middle.misses > before.misses
+    assert after.misses == middle.misses and after.hits > middle.hits
 
 
 def test_with_changes_equals_dataclasses_replace() -> None:

@@ -114,8 +114,11 @@ async def test_plan_of_a_registered_deployment_includes_its_recommendation(clien
     assert result["plan"]["settings"]["max_model_len"] == 8192
     assert result["plan"]["fits"] is True
     recommended = result["recommendation"]["recommended"]
-    # 400 users × 1.2 headroom over max_num_seqs per replica
-    assert recommended["replicas"] == math.ceil(400 * 1.2 / recommended["max_num_seqs"])
+    # sized by the serving simulator: 400 users × 1.2 headroom over the requests one replica holds in flight,
+    # which is at most max_num_seqs, so never fewer replicas than that bound
+    assert recommended["sizing"] == "simulated"
+    assert recommended["replicas"] >= math.ceil(400 * 1.2 / recommended["max_num_seqs"])
+    assert any("serving simulator" in a for a in recommended["assumptions"])
 
 
 async def test_autoscaling_is_a_valid_keda_scaled_object_using_vllm_metrics(

@@ -13,6 +13,7 @@ from service.exporter.collector import (
     AdmissionMetrics,
     KvcapCollector,
     PredictedCapacity,
+    PredictedLatency,
     SelfMetrics,
     render_metrics,
 )
@@ -201,3 +202,47 @@ def test_a_deployment_that_leaves_the_snapshot_stops_being_exported(busy_text: s
     second = render_metrics({}, {}, admission=AdmissionMetrics())
     assert b'deployment="chat"' in first
     assert b'deployment="chat"' not in second
+
+
+def samples_of(body: bytes, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    return {tuple(sorted(s.labels.items())): s.value for s in families[name].samples}
+
+
+def test_observed_latency_comes_from_vllms_histograms_with_mean_median_and_p99(busy_text: str) -> None:
+    observation = observe([result("http://a:8000/metrics", busy_text)])
+    body = render_metrics({}, {KEY: observation}, admission=AdmissionMetrics())
+    ttft = samples_of(body, "kvcap_observed_ttft_seconds")
+    # The busy exposition: 21 first tokens, sum 0.3238 s; 3 ≤ 10 ms, 16 ≤ 20 ms, 21 ≤ 40 ms.
+    assert {tuple(k for k in labels if k[0] != "stat") for labels in ttft} == {tuple(sorted(LABELS.items()))}
+    by_stat = {dict(labels)["stat"]: value for labels, value in ttft.items()}
+    assert by_stat["mean"] == pytest.approx(0.32380056381225586 / 21)
+    assert by_stat["p50"] == pytest.approx(0.01 + 0.01 * 7.5 / 13)
+    assert by_stat["p99"] == pytest.approx(0.02 + 0.02 * 4.79 / 5)
+    tpot = {
+        dict(labels)["stat"]: value
+        for labels, value in samples_of(body, "kvcap_observed_tpot_seconds").items()
+    }
+    assert tpot["mean"] == pytest.approx(0.029591769579026702 / 13)  # vLLM's per-request TPOT histogram
+    assert samples_of(body, "kvcap_latency_drift_ratio") == {}  # nothing predicted
+
+
+def test_drift_is_observed_over_predicted_mean_minus_one_per_latency(busy_text: str) -> None:
+    observation = observe([result("http://a:8000/metrics", busy_text)])
+    predicted = PredictedLatency(ttft_seconds=0.01, tpot_seconds=0.002, step_time_scale=1.25)
+    body = render_metrics({}, {KEY: observation}, admission=AdmissionMetrics(), latency={KEY: predicted})
+    drift = {
+        dict(labels)["latency"]: value
+        for labels, value in samples_of(body, "kvcap_latency_drift_ratio").items()
+    }
+    assert drift["ttft"] == pytest.approx(0.32380056381225586 / 21 / 0.01 - 1)
+    assert drift["tpot"] == pytest.approx(0.029591769579026702 / 13 / 0.002 - 1)
+    assert list(samples_of(body, "kvcap_predicted_tpot_seconds").values()) == [0.002]
+    assert list(samples_of(body, "kvcap_step_time_scale").values()) == [1.25]
+
+
+def test_a_prediction_without_observed_latency_exports_no_drift() -> None:
+    predicted = PredictedLatency(ttft_seconds=0.01, tpot_seconds=0.002)
+    body = render_metrics({}, {}, admission=AdmissionMetrics(), latency={KEY: predicted})
+    assert samples_of(body, "kvcap_latency_drift_ratio") == {}
+    assert list(samples_of(body, "kvcap_predicted_ttft_seconds").values()) == [0.01]

@@ -47,6 +47,7 @@ NO_TOKEN_WRITES = {
     ("POST", "/v1/plans"),
     ("POST", "/v1/plans/recommend"),
     ("POST", "/v1/plans/sweep"),
+    ("POST", "/v1/simulations"),  # the serving simulator over the in-memory catalog
     ("POST", "/v1/checks"),  # the admission verdict for a pasted manifest, what `kvcap check` computes
 }
 DEPLOYMENT = {"namespace": "sec", "name": "chat", "model": "llama-3.1-8b", "gpu": "l4", "max_model_len": 4096}

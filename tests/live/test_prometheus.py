@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from service.live.guard import TargetGuard
-from service.live.prometheus import query_prometheus
+from service.live.histograms import TTFT
+from service.live.prometheus import histograms_query, query_prometheus
 from service.live.schemas import PrometheusQuery
 
 MATCH = '{namespace="llm",app="vllm"}'
@@ -76,6 +77,9 @@ def prometheus(answers: dict[str, list[dict[str, Any]]], queries: list[str] | No
         query = request.url.params["query"]
         if queries is not None:
             queries.append(query)
+        if query.startswith('{__name__=~"'):  # the one query for every histogram series
+            assert query == histograms_query(MATCH)
+            return httpx.Response(200, json=vector(answers.get("histograms", [])))
         name, _, selector = query.partition("{")
         assert "{" + selector == MATCH
         return httpx.Response(200, json=vector(answers.get(name, [])))
@@ -87,7 +91,7 @@ async def test_groups_series_by_pod_into_the_same_results_a_scrape_gives() -> No
     queries: list[str] = []
     async with prometheus(FLEET, queries) as client:
         results = await query_prometheus(client, SOURCE, guard=None, timeout_s=5, max_bytes=1 << 20)
-    assert sorted(queries) == sorted(f"{name}{MATCH}" for name in FLEET)
+    assert sorted(queries) == sorted([*(f"{name}{MATCH}" for name in FLEET), histograms_query(MATCH)])
     by_pod = {r.pod: r for r in results}
     assert set(by_pod) == {"chat-0", "chat-1", "chat-2"}
     chat0 = by_pod["chat-0"].metrics
@@ -186,3 +190,23 @@ async def test_the_prometheus_url_goes_through_the_guard() -> None:
             client, source, guard=TargetGuard([]), timeout_s=5, max_bytes=1 << 20
         )
     assert result.reason == "refused"
+
+
+async def test_histogram_series_come_back_per_pod_with_their_buckets() -> None:
+    ttft = [
+        series(f"{TTFT}_bucket", "chat-0", "3", engine="0", model_name="llama", le="0.1"),
+        series(f"{TTFT}_bucket", "chat-0", "4", engine="0", model_name="llama", le="+Inf"),
+        series(f"{TTFT}_sum", "chat-0", "0.5", engine="0", model_name="llama"),
+        series(f"{TTFT}_count", "chat-0", "4", engine="0", model_name="llama"),
+    ]
+    answers = {**FLEET, "histograms": ttft}
+    async with prometheus(answers) as client:
+        results = await query_prometheus(client, SOURCE, guard=None, timeout_s=5, max_bytes=1 << 20)
+    by_pod = {r.pod: r for r in results}
+    metrics = by_pod["chat-0"].metrics
+    assert metrics is not None
+    histogram = metrics.histograms[TTFT]
+    assert histogram.count == 4 and histogram.sum == 0.5
+    assert histogram.quantile(0.5) == pytest.approx(0.1 * 2 / 3)  # rank 2 of 3 in [0, 0.1]
+    chat1 = by_pod["chat-1"].metrics
+    assert chat1 is not None and not chat1.histograms

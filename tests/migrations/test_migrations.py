@@ -20,7 +20,7 @@ from service.db.migrate import alembic_config
 from service.models import metadata
 from service.settings import sync_database_url
 
-TABLES = {"gpus", "models", "deployments", "calibrations"}
+TABLES = {"gpus", "models", "deployments", "calibrations", "step_time_calibrations"}
 
 
 @pytest.fixture

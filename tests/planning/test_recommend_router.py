@@ -41,8 +41,16 @@ async def test_sweep_over_the_catalog_ranks_by_cost(client: httpx.AsyncClient) -
     result = (await client.post("/v1/plans/sweep", json=body)).json()
     assert result["evaluated"] >= 20 * 2
     feasible = [o for o in result["options"] if o["feasible"]]
-    costs = [o["cost_per_hour_usd"] for o in feasible if o["cost_per_hour_usd"] is not None]
-    assert costs == sorted(costs)
+    # simulated options first, then the roofline bounds a sweep did not simulate; each group by cost
+    tiers = [o["sizing"] == "roofline" for o in feasible]
+    assert tiers == sorted(tiers) and not tiers[0]
+    for roofline in (False, True):
+        costs = [
+            o["cost_per_hour_usd"]
+            for o in feasible
+            if o["cost_per_hour_usd"] is not None and (o["sizing"] == "roofline") == roofline
+        ]
+        assert costs == sorted(costs)
     assert all(o["reasons"] for o in result["options"] if not o["feasible"])
 
 

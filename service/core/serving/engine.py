@@ -1,0 +1,472 @@
+"""The discrete-event loop of one simulated vLLM engine (stage 5 of the serving simulator).
+
+The engine core runs steps back to back while it has work (``vllm/v1/engine/core.py::EngineCore.step``): new
+requests that reached it during a step are seen at the next step's scheduling; an idle engine waits for the
+next request. Every sampled token reaches the client at the end of its step.
+
+**Decode stretches.** Most steps of a benchmark change nothing but context lengths: every running request is
+decoding, none can join (no waiting request, or the waiting head cannot be admitted — the free pool only
+shrinks while nobody finishes), no request finishes and no block allocation can fail. Over such a stretch
+step ``j`` takes ``a + b·j`` (the context of every request grows by one token per step and only the attention
+term depends on it; ``step_time.StepTimeModel.gpu_seconds_parts``), or ``max(a + b·j, cpu)`` under async
+scheduling, so the stretch's duration is a closed-form sum. The loop jumps to the first event — a finish, a
+block allocation the pool cannot serve, or an arrival that could join — instead of stepping token by token.
+Inter-token latencies inside a stretch are the step times themselves; they are kept as a few weighted
+samples (exact quantiles of a linear series), not one value per token.
+
+The client gate (``--max-concurrency``) sends a request at ``max(scheduled send time, a slot frees)``; slots
+free when a request's last token arrives (``serve.py::limited_request_func`` holds the semaphore for the whole
+request).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from service.core.errors import InvalidSpec
+from service.core.serving.scheduler import BlockDemand, ScheduledStep, Scheduler, SimRequest
+from service.core.serving.step_time import StepLoad, StepTimeModel
+
+ITL_SAMPLES_PER_STRETCH = 8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    """The engine's state at one moment (timeline raw material)."""
+
+    time_seconds: float
+    running: int
+    waiting: int
+    used_blocks: int
+    tokens_per_step: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineTrace:
+    """What the benchmark client would have recorded, plus engine-side counters."""
+
+    requests: tuple[SimRequest, ...]  # every request; failed ones have finish_seconds < 0
+    failed: tuple[int, ...]  # indices of requests the server rejected
+    itl_samples: tuple[tuple[float, float], ...]  # (inter-token latency seconds, weight in tokens)
+    itl_count: int  # exact number of inter-token gaps
+    itl_sum_seconds: float  # exact sum of the gaps
+    records: tuple[StepRecord, ...]
+    output_events: tuple[tuple[float, float], ...]  # (time, output tokens delivered then)
+    num_steps: int
+    num_steps_with_output: int  # steps in which at least one request sampled a token
+    peak_running: int  # most requests running in any step
+    num_iterations: int  # loop iterations (single steps + stretches): the simulator's own work
+    num_preemptions: int
+
+
+def stretch_seconds(k: int, *, a: float, b: float, cpu: float, overlap: bool) -> float:
+    """Σ_{j<k} step_j with step_j = a + b·j (+ cpu), or max(a + b·j, cpu) when CPU work overlaps the GPU."""
+    if k <= 0:
+        return 0.0
+    if not overlap:
+        return k * (a + cpu) + b * k * (k - 1) / 2
+    if a >= cpu:
+        j0 = 0
+    elif b <= 0:
+        return k * cpu
+    else:
+        j0 = min(k, math.ceil((cpu - a) / b))
+    rest = k - j0
+    return j0 * cpu + rest * a + b * (k * (k - 1) - j0 * (j0 - 1)) / 2
+
+
+def _step_at(j: int, *, a: float, b: float, cpu: float, overlap: bool) -> float:
+    gpu = a + b * j
+    return max(gpu, cpu) if overlap else gpu + cpu
+
+
+class _Gate:
+    """``asyncio.Semaphore(max_concurrency)``: slot free times, FIFO waiters."""
+
+    __slots__ = ("_free_at", "unlimited")
+
+    def __init__(self, max_concurrency: int | None) -> None:
+        self.unlimited = max_concurrency is None
+        self._free_at: list[float] = [0.0] * (max_concurrency or 0)
+
+    def has_slot(self) -> bool:
+        return self.unlimited or bool(self._free_at)
+
+    def take(self, arrival_seconds: float) -> float:
+        if self.unlimited:
+            return arrival_seconds
+        return max(arrival_seconds, heapq.heappop(self._free_at))
+
+    def release(self, at_seconds: float) -> None:
+        if not self.unlimited:
+            heapq.heappush(self._free_at, at_seconds)
+
+
+class Engine:
+    """Runs one benchmark through one scheduler and step-time model."""
+
+    def __init__(
+        self,
+        *,
+        requests: list[SimRequest],
+        scheduler: Scheduler,
+        step_model: StepTimeModel,
+        max_concurrency: int | None,
+        max_model_len: int,
+        max_iterations: int,
+        use_stretches: bool = True,
+    ) -> None:
+        self.use_stretches = (
+            use_stretches  # False: one step at a time (the reference the stretches must match)
+        )
+        self.requests = requests
+        self.scheduler = scheduler
+        self.model = step_model
+        self.gate = _Gate(max_concurrency)
+        self.max_model_len = max_model_len
+        self.max_iterations = max_iterations
+        self.pending: deque[SimRequest] = deque(sorted(requests, key=lambda r: (r.arrival_seconds, r.index)))
+        self.clock = 0.0
+        self.failed: list[int] = []
+        self.itl_samples: list[tuple[float, float]] = []
+        self.itl_count = 0
+        self.itl_sum = 0.0
+        self.records: list[StepRecord] = []
+        self.output_events: list[tuple[float, float]] = []
+        self.num_steps = 0
+        self.num_steps_with_output = 0
+        self.peak_running = 0
+        self.num_iterations = 0
+        self.num_preemptions = 0
+        self._decode_parts: dict[int, tuple[float, float]] = {}  # decode-only step terms by batch size
+
+    # --- client side -------------------------------------------------------------------------------------
+    def _send_due(self) -> None:
+        """Send every request whose time has come and for which the gate has a slot."""
+        while self.pending and self.pending[0].arrival_seconds <= self.clock and self.gate.has_slot():
+            request = self.pending.popleft()
+            request.send_seconds = self.gate.take(request.arrival_seconds)
+            if request.prompt_tokens + request.output_tokens > self.max_model_len:
+                # The OpenAI server rejects prompt + max_tokens > max_model_len with HTTP 400 at once.
+                request.finish_seconds = -1.0
+                self.failed.append(request.index)
+                self.gate.release(request.send_seconds)
+                continue
+            self.scheduler.waiting.append(request)
+
+    def _next_send_seconds(self) -> float:
+        if self.pending and self.gate.has_slot():
+            return self.pending[0].arrival_seconds
+        return math.inf
+
+    def _finish(self, request: SimRequest) -> None:
+        """The client has its last token. Under async scheduling the scheduler had already given the request
+        its next step (output placeholders, ``Scheduler.schedule`` 0.15+): it holds its slot and blocks for one
+        more step, whose token is discarded."""
+        request.finish_seconds = self.clock
+        self.gate.release(self.clock)
+        if self.model.async_scheduling:
+            request.lagging = True
+        else:
+            self.scheduler.finish(request)
+
+    def _record(self, tokens: float) -> None:
+        s = self.scheduler
+        if len(s.running) > self.peak_running:
+            self.peak_running = len(s.running)
+        self.records.append(
+            StepRecord(
+                time_seconds=self.clock,
+                running=len(s.running),
+                waiting=len(s.waiting),
+                used_blocks=s.used_blocks,
+                tokens_per_step=tokens,
+            )
+        )
+
+    # --- the loop ----------------------------------------------------------------------------------------
+    def run(self) -> EngineTrace:
+        s = self.scheduler
+        while True:
+            self._send_due()
+            if not s.running and not s.waiting:
+                if not self.pending:
+                    break
+                self.clock = max(self.clock, self.pending[0].arrival_seconds)
+                continue
+            self.num_iterations += 1
+            if self.num_iterations > self.max_iterations:
+                raise InvalidSpec(
+                    f"the simulation needs more than {self.max_iterations:,} engine iterations; "
+                    "use fewer prompts or shorter requests",
+                    field="benchmark.num_prompts",
+                )
+            if not (self.use_stretches and self._try_stretch()):
+                self._single_step()
+        return EngineTrace(
+            requests=tuple(self.requests),
+            failed=tuple(self.failed),
+            itl_samples=tuple(self.itl_samples),
+            itl_count=self.itl_count,
+            itl_sum_seconds=self.itl_sum,
+            records=tuple(self.records),
+            output_events=tuple(self.output_events),
+            num_steps=self.num_steps,
+            num_steps_with_output=self.num_steps_with_output,
+            peak_running=self.peak_running,
+            num_iterations=self.num_iterations,
+            num_preemptions=self.num_preemptions,
+        )
+
+    def _single_step(self) -> None:
+        s = self.scheduler
+        step: ScheduledStep = s.schedule()
+        self.num_preemptions += step.num_preempted
+        if not step.scheduled:
+            self._drop_unservable_head()
+            return
+        load = StepLoad(
+            num_tokens=step.load_tokens,
+            num_requests=len(step.scheduled),
+            decode_context_tokens=step.decode_context_tokens,
+            prefill_attention_pairs=step.prefill_attention_pairs,
+            prefill_kv_tokens=step.prefill_kv_tokens,
+            decode_windowed_tokens=step.decode_windowed_tokens,
+        )
+        self._record(step.load_tokens)
+        seconds = self.model.step_seconds(load)
+        previous_end = self.clock
+        self.clock += seconds
+        self.num_steps += 1
+        regular = 0
+        sampled = 0
+        itl_count = 0
+        itl_sum = 0.0
+        clock = self.clock
+        irregular = self.itl_samples
+        finished: list[SimRequest] = []
+        released: list[SimRequest] = []
+        for request, new in step.scheduled:
+            if request.lagging:
+                released.append(request)
+                continue
+            computed = request.computed + new
+            request.computed = computed
+            if computed < request.num_tokens:
+                continue  # a prefill chunk that does not finish the prompt samples nothing
+            generated = request.generated + 1
+            request.generated = generated
+            request.num_tokens += 1
+            sampled += 1
+            if generated == 1:
+                request.first_token_seconds = clock
+            else:
+                last = request.last_token_seconds
+                itl_count += 1
+                itl_sum += clock - last
+                if last == previous_end:
+                    regular += 1
+                else:
+                    irregular.append((clock - last, 1.0))
+            request.last_token_seconds = clock
+            if generated >= request.output_tokens:
+                finished.append(request)
+        self.itl_count += itl_count
+        self.itl_sum += itl_sum
+        if regular:
+            self.itl_samples.append((seconds, float(regular)))
+        if sampled:
+            self.output_events.append((self.clock, float(sampled)))
+            self.num_steps_with_output += 1
+        for request in released:
+            s.finish(request)
+        for request in finished:
+            self._finish(request)
+
+    def _drop_unservable_head(self) -> None:
+        """Nothing could be scheduled: the waiting head needs more blocks than the empty pool has."""
+        s = self.scheduler
+        if s.running or not s.waiting:
+            return
+        request = s.waiting.popleft()
+        request.finish_seconds = -1.0
+        self.failed.append(request.index)
+        self.gate.release(self.clock)
+
+    def _try_stretch(self) -> bool:
+        s = self.scheduler
+        running = s.running
+        n = len(running)
+        cfg = s.config
+        if n == 0 or n > cfg.max_num_batched_tokens:
+            return False
+        arrival_limit = math.inf
+        if s.waiting:
+            if not s.admission_blocked(n):
+                return False
+        elif n < cfg.max_num_seqs:
+            arrival_limit = self._next_send_seconds()
+            if arrival_limit <= self.clock:
+                return False
+        # Newly admitted requests sit at the end: check from there, the usual reason to fail.
+        k = 1 << 62
+        context = 0
+        window = cfg.attention_window
+        windowed = 0  # Σ min(context, window) of the sliding-window layers
+        below_window = 0  # requests whose context is still inside the window: their windowed read grows
+        for request in reversed(running):
+            computed = request.computed
+            if request.generated == 0 or computed != request.num_tokens - 1 or request.lagging:
+                return False
+            left = request.output_tokens - request.generated
+            if left < k:
+                k = left
+            context += computed
+            if window:
+                if computed < window:
+                    windowed += computed
+                    below_window += 1
+                    # Linear only while context + j ≤ window, i.e. for the first window − context + 1 steps.
+                    if window - computed + 1 < k:
+                        k = window - computed + 1
+                else:
+                    windowed += window
+        if k < 2:
+            return False
+        k = self._block_limited_steps(k)
+        if k < 2:
+            return False
+        parts = self._decode_parts.get(n)
+        if parts is None:
+            load = StepLoad(
+                num_tokens=n,
+                num_requests=n,
+                decode_context_tokens=0,
+                prefill_attention_pairs=0.0,
+                prefill_kv_tokens=0,
+            )
+            parts = self._decode_parts[n] = self.model.gpu_seconds_parts(load)
+        fixed, per_context = parts
+        a = fixed + per_context * context
+        b = per_context * n
+        if window:
+            per_windowed = self.model.seconds_per_windowed_token()
+            a += per_windowed * windowed
+            b += per_windowed * below_window
+        cpu = self.model.cpu_seconds(n)
+        overlap = self.model.async_scheduling
+        if arrival_limit < math.inf:
+            # Stop after the step during which the next request reaches the engine.
+            target = arrival_limit - self.clock
+            if stretch_seconds(k, a=a, b=b, cpu=cpu, overlap=overlap) > target:
+                lo, hi = 1, k
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if stretch_seconds(mid, a=a, b=b, cpu=cpu, overlap=overlap) >= target:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                k = lo
+        self._record(float(n))
+        duration = stretch_seconds(k, a=a, b=b, cpu=cpu, overlap=overlap)
+        # Output tokens over time feed vLLM's one-second buckets (max_output_tokens_per_s): a few points per
+        # second of the stretch are enough.
+        events = min(ITL_SAMPLES_PER_STRETCH, max(1, math.ceil(2 * duration)))
+        for m in range(events):
+            self.output_events.append((self.clock + duration * (m + 0.5) / events, n * k / events))
+        self.clock += duration
+        self.num_steps += k
+        self.num_steps_with_output += k
+        self.itl_count += k * n
+        self.itl_sum += duration * n
+        if k <= ITL_SAMPLES_PER_STRETCH:
+            for j in range(k):
+                self.itl_samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), float(n)))
+        else:
+            weight = n * k / ITL_SAMPLES_PER_STRETCH
+            for m in range(ITL_SAMPLES_PER_STRETCH):
+                j = int((m + 0.5) * k / ITL_SAMPLES_PER_STRETCH)
+                self.itl_samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), weight))
+        demand = cfg.demand
+        simple = demand.is_simple
+        bs, groups = demand.block_size, demand.full_groups
+        clock = self.clock
+        finished: list[SimRequest] = []
+        grown_total = 0
+        for request in running:
+            c = request.computed
+            if simple:
+                grown = groups * ((c + k + bs - 1) // bs - (c + bs - 1) // bs)
+            else:
+                grown = demand.blocks(c + k) - demand.blocks(c)
+            request.computed = c + k
+            request.generated += k
+            request.num_tokens += k
+            request.own_blocks += grown
+            grown_total += grown
+            request.last_token_seconds = clock
+            if request.generated >= request.output_tokens:
+                finished.append(request)
+        s.free_blocks -= grown_total
+        for request in finished:
+            self._finish(request)
+        return True
+
+    def _block_limited_steps(self, k: int) -> int:
+        """Largest j ≤ k such that j more decode steps of every running request fit in the free pool."""
+        s = self.scheduler
+        demand = s.config.demand
+        free = s.free_blocks
+        if demand.is_simple:
+            return _simple_block_limited_steps([r.computed for r in s.running], k, free=free, demand=demand)
+        contexts = [r.computed for r in s.running]
+        base = [demand.blocks(c) for c in contexts]
+
+        def needed(j: int) -> int:
+            return sum(demand.blocks(c + j) for c in contexts) - sum(base)
+
+        if needed(k) <= free:
+            return k
+        lo, hi = 0, k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if needed(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def _simple_block_limited_steps(contexts: list[int], k: int, *, free: int, demand: BlockDemand) -> int:
+    """``_block_limited_steps`` for full-attention layouts in O(block_size) per probe.
+
+    A request at context c needs a new block at step j exactly when (c + j) % block_size == 0, i.e. at
+    j = off, off + bs, … with off = (−c) mod bs; so only how many requests share each offset matters.
+    """
+    bs = demand.block_size
+    per_offset = [0] * bs
+    for c in contexts:
+        per_offset[(-c) % bs] += 1
+    groups = demand.full_groups
+
+    def needed(j: int) -> int:
+        total = 0
+        for off in range(min(bs, j)):
+            count = per_offset[off]
+            if count:
+                total += count * ((j - 1 - off) // bs + 1)
+        return groups * total
+
+    if needed(k) <= free:
+        return k
+    lo, hi = 0, k
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if needed(mid) <= free:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,294 @@
+"""``simulate()``: what ``vllm bench serve`` would measure against one vLLM replica planned by kvcap.
+
+The stages, each a module with typed results:
+
+1. ``datasets.sample_requests`` — (prompt, output, shared-prefix) tokens per request, as the benchmark samples;
+2. ``arrivals.arrival_offsets_seconds`` — when the client sends each one (the ``--max-concurrency`` gate is
+   applied by the engine, because it depends on completions);
+3. ``scheduler.Scheduler`` — vLLM V1's scheduling rules over the plan's block pool;
+4. ``step_time.StepTimeModel`` — the duration of each engine step;
+5. ``engine.Engine`` — the event loop (with closed-form decode stretches);
+6. ``metrics.calculate_metrics`` — vLLM's result-JSON numbers.
+
+The capacity plan (``planner.plan``) supplies what vLLM itself would decide at start-up: the number of KV
+blocks, the block size, ``max_num_seqs``, ``max_num_batched_tokens``, async scheduling, the weights per GPU and
+the KV bytes per token. A plan that does not fit is refused: vLLM would not start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.engines import resolve_engine
+from service.core.errors import InvalidSpec
+from service.core.planner import CapacityPlan, PlanRequest
+from service.core.planner import plan as make_plan
+from service.core.serving.arrivals import arrival_offsets_seconds
+from service.core.serving.datasets import BenchmarkSpec, RequestLengths, sample_requests
+from service.core.serving.engine import Engine, EngineTrace, StepRecord
+from service.core.serving.metrics import BenchmarkResult, RequestOutcome, calculate_metrics
+from service.core.serving.scheduler import BlockDemand, Scheduler, SchedulerConfig, SimRequest
+from service.core.serving.step_time import DEFAULT_STEP_COEFFICIENTS, StepCoefficients, StepTimeModel
+from service.core.specs import LayerType
+from service.core.units import cdiv
+
+TIMELINE_POINTS = 200
+# First release whose scheduler admits a request only when its whole sequence fits (vLLM PR #37307).
+RESERVE_FULL_SEQUENCE_FROM = (0, 19)
+# ± fraction around predicted throughput/latency: the largest held-back median |error| of ``make accuracy``
+# on the kind of case the coefficients are fitted on (V1, one host: TTFT 22.5 %, TPOT 5.6 %, throughput
+# 3.6 % on 2026-12-02, 71 cases; bench/serving_accuracy.py), rounded up. V0 engines and TP across Ray-joined pods err
+# more (see the README).
+ERROR_BAND_RATIO = 0.25
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulationLimits:
+    """Bounds on one simulation's cost (the API refuses beyond them, naming the field)."""
+
+    max_num_prompts: int = 20_000
+    max_simulated_steps: int = 400_000  # engine loop iterations (single steps + decode stretches)
+    max_total_tokens: int = 200_000_000  # Σ prompt + output tokens of the benchmark
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_prompts", "max_simulated_steps", "max_total_tokens"):
+            if getattr(self, name) < 1:
+                raise InvalidSpec("must be ≥ 1", field=f"limits.{name}")
+
+
+DEFAULT_SIMULATION_LIMITS = SimulationLimits()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimelinePoint:
+    time_seconds: float
+    running: int
+    waiting: int
+    kv_cache_usage_ratio: float
+    tokens_per_step: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulationResult:
+    result: BenchmarkResult
+    timeline: tuple[TimelinePoint, ...]
+    assumptions: tuple[str, ...]
+    error_band_ratio: float
+    messages: tuple[str, ...]
+    num_preemptions: int
+    plan: CapacityPlan
+    num_steps: int = 0  # engine steps simulated
+    prefix_cache_hit_tokens: int = 0
+    peak_running: int = 0  # most requests running in any step (any max_num_seqs ≥ this gives the same run)
+    # Steps in which some request sampled a token: what vLLM's vllm:iteration_tokens_total histogram counts
+    # (vllm/v1/engine/async_llm.py::output_handler records iteration stats only for steps with outputs).
+    num_steps_with_output: int = 0
+
+
+def block_demand(plan: CapacityPlan) -> BlockDemand:
+    """The per-request block rule of the plan's KV layout (see ``scheduler.BlockDemand``)."""
+    block_size = plan.kv_cache.block_size
+    layout = plan.layout
+    if layout is None:
+        return BlockDemand(block_size=block_size, full_groups=max(1, plan.kv_cache.num_groups))
+    full = 0
+    capped: list[tuple[int, int]] = []
+    constant = 0
+    in_flight = plan.in_flight_tokens or plan.settings.max_num_batched_tokens
+    for spec, groups in layout.groups_per_spec:
+        if spec.is_state:
+            constant += groups * plan.state_pages
+        elif spec.kind is LayerType.SLIDING and spec.window_tokens:
+            capped.append((groups, cdiv(spec.window_tokens - 1 + in_flight, spec.block_size) + 1))
+        elif spec.kind is LayerType.CHUNKED and spec.window_tokens:
+            capped.append((groups, cdiv(spec.window_tokens + in_flight, spec.block_size)))
+        else:
+            full += groups
+    return BlockDemand(
+        block_size=block_size, full_groups=full, capped_groups=tuple(capped), constant_blocks=constant
+    )
+
+
+def _check_limits(lengths: tuple[RequestLengths, ...], limits: SimulationLimits) -> None:
+    total = sum(r.prompt_tokens + r.output_tokens for r in lengths)
+    if total > limits.max_total_tokens:
+        raise InvalidSpec(
+            f"the benchmark holds {total:,} tokens; at most {limits.max_total_tokens:,} are simulated",
+            field="benchmark.num_prompts",
+        )
+
+
+def _timeline(
+    records: tuple[StepRecord, ...], *, end_seconds: float, pool_blocks: int
+) -> tuple[TimelinePoint, ...]:
+    """At most ``TIMELINE_POINTS`` points evenly spread in time: the state at the last record before each."""
+    if not records:
+        return ()
+    count = min(TIMELINE_POINTS, len(records))
+    points: list[TimelinePoint] = []
+    index = 0
+    for i in range(count):
+        t = end_seconds * i / (count - 1) if count > 1 else 0.0
+        while index + 1 < len(records) and records[index + 1].time_seconds <= t:
+            index += 1
+        r = records[index]
+        points.append(
+            TimelinePoint(
+                time_seconds=t,
+                running=r.running,
+                waiting=r.waiting,
+                kv_cache_usage_ratio=r.used_blocks / pool_blocks if pool_blocks else 0.0,
+                tokens_per_step=r.tokens_per_step,
+            )
+        )
+    return tuple(points)
+
+
+def _outcomes(trace: EngineTrace) -> tuple[RequestOutcome, ...]:
+    return tuple(
+        RequestOutcome(
+            prompt_tokens=r.prompt_tokens,
+            output_tokens=r.output_tokens,
+            send_seconds=r.send_seconds,
+            first_token_seconds=r.first_token_seconds,
+            finish_seconds=r.finish_seconds,
+            success=r.finish_seconds >= 0,
+        )
+        for r in trace.requests
+    )
+
+
+def _assumptions(
+    plan: CapacityPlan, benchmark: BenchmarkSpec, coefficients: StepCoefficients
+) -> tuple[str, ...]:
+    s = plan.settings
+    scheduler = (
+        "vLLM V0 scheduler: prefill-only steps of whole prompts first, then decode steps"
+        if resolve_engine(s.engine).v0
+        else "vLLM V1 scheduler: FCFS, chunked prefill, prefix caching"
+    )
+    lines = [
+        f"{scheduler} ({s.engine}), max_num_seqs {s.max_num_seqs}, "
+        f"max_num_batched_tokens {s.max_num_batched_tokens}",
+        f"{plan.kv_cache.usable_blocks:,} KV blocks of {plan.kv_cache.block_size} tokens from the capacity plan",
+        "every request generates exactly its requested output tokens (as with --ignore-eos)",
+        f"step time: roofline with {coefficients.bandwidth_efficiency:.0%} of HBM bandwidth, "
+        f"{coefficients.compute_efficiency:.0%} of dense peak for large GEMMs, "
+        f"{coefficients.step_overhead_seconds * 1e3:.2f} ms + {coefficients.per_request_seconds * 1e6:.0f} µs "
+        "per request of CPU work per step",
+        "async scheduling: CPU work overlaps the GPU step"
+        if s.async_scheduling
+        else "synchronous scheduling: CPU work adds to every step",
+    ]
+    if s.pipeline_parallel_size > 1:
+        lines.append("pipeline stages run one after another (no micro-batch overlap): a conservative bound")
+    if benchmark.dataset_name == "sharegpt":
+        lines.append("ShareGPT lengths drawn from a reconstructed length table, not the dataset itself")
+    if s.enforce_eager:
+        lines.append("eager mode: kernel launch latency paid per layer")
+    return tuple(lines)
+
+
+def simulate(
+    request: PlanRequest,
+    benchmark: BenchmarkSpec,
+    *,
+    plan: CapacityPlan | None = None,
+    coefficients: StepCoefficients | None = None,
+    limits: SimulationLimits = DEFAULT_SIMULATION_LIMITS,
+    step_by_step: bool = False,
+) -> SimulationResult:
+    """Simulate ``vllm bench serve`` with ``benchmark`` against a replica planned from ``request``.
+
+    ``step_by_step`` turns the closed-form decode stretches off (every step simulated on its own): the
+    reference the fast path is tested against.
+    """
+    if benchmark.num_prompts > limits.max_num_prompts:
+        raise InvalidSpec(
+            f"at most {limits.max_num_prompts:,} prompts are simulated, got {benchmark.num_prompts:,}",
+            field="benchmark.num_prompts",
+        )
+    if request.gpu is None:
+        raise InvalidSpec("a GPU is needed to time the engine steps", field="gpu")
+    coefficients = coefficients or DEFAULT_STEP_COEFFICIENTS
+    plan = plan or make_plan(request)
+    if not plan.fits or plan.kv_cache.usable_blocks <= 0:
+        reason = plan.errors[0].text if plan.errors else "the plan does not fit"
+        raise InvalidSpec(f"vLLM would not start: {reason}", field="model")
+
+    lengths = sample_requests(benchmark)
+    _check_limits(lengths, limits)
+    offsets = arrival_offsets_seconds(
+        len(lengths),
+        request_rate=benchmark.request_rate,
+        burstiness=benchmark.burstiness,
+        seed=benchmark.seed,
+    )
+    sim_requests: list[SimRequest] = []
+    for i, (length, offset) in enumerate(zip(lengths, offsets, strict=True)):
+        r = SimRequest(i, length.prompt_tokens, length.output_tokens, length.shared_prefix_tokens)
+        r.arrival_seconds = offset
+        sim_requests.append(r)
+
+    settings = plan.settings
+    profile = resolve_engine(settings.engine)
+    demand = block_demand(plan)
+    step_model = StepTimeModel.build(
+        model=request.model, gpu=request.gpu, plan=plan, coefficients=coefficients
+    )
+    scheduler = Scheduler(
+        SchedulerConfig(
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+            demand=demand,
+            num_free_blocks=plan.kv_cache.usable_blocks,
+            prefill_first=profile.v0,
+            reserve_full_sequence=profile.version is not None
+            and profile.version >= RESERVE_FULL_SEQUENCE_FROM,
+            max_model_len=settings.max_model_len,
+            attention_window=step_model.attention_window_tokens,
+        )
+    )
+    engine = Engine(
+        requests=sim_requests,
+        scheduler=scheduler,
+        step_model=step_model,
+        max_concurrency=benchmark.max_concurrency,
+        max_model_len=settings.max_model_len,
+        max_iterations=limits.max_simulated_steps,
+        use_stretches=not step_by_step,
+    )
+    trace = engine.run()
+    outcomes = _outcomes(trace)
+    duration = max((r.finish_seconds for r in trace.requests), default=0.0)
+    result = calculate_metrics(
+        outcomes,
+        duration_seconds=duration,
+        itl_samples=trace.itl_samples,
+        itl_count=trace.itl_count,
+        itl_sum_seconds=trace.itl_sum_seconds,
+        token_times=trace.output_events,
+    )
+    messages: list[str] = []
+    if trace.failed:
+        messages.append(
+            f"{len(trace.failed)} requests rejected: prompt + output tokens exceed max_model_len "
+            f"{settings.max_model_len} (vLLM answers HTTP 400)"
+        )
+    if trace.num_preemptions:
+        messages.append(
+            f"{trace.num_preemptions} preemptions (recompute): the KV cache ran out of blocks under this load"
+        )
+    return SimulationResult(
+        result=result,
+        timeline=_timeline(trace.records, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks),
+        assumptions=_assumptions(plan, benchmark, coefficients),
+        error_band_ratio=ERROR_BAND_RATIO,
+        messages=tuple(messages),
+        num_preemptions=trace.num_preemptions,
+        plan=plan,
+        num_steps=trace.num_steps,
+        prefix_cache_hit_tokens=scheduler.prefix_hit_tokens,
+        peak_running=trace.peak_running,
+        num_steps_with_output=trace.num_steps_with_output,
+    )

@@ -1,0 +1,311 @@
+"""How long one vLLM engine step takes, from what the step holds (stage 4 of the serving simulator).
+
+One V1 engine step runs the whole model once over every token the scheduler picked (decode tokens and prefill
+chunks together, ``vllm/v1/worker/gpu_model_runner.py::execute_model``), samples one token per request whose
+prompt is complete, and hands the outputs to the API server. Its time is modelled term by term, per GPU of the
+heaviest pipeline stage:
+
+``linear``      max(weight bytes touched / (bandwidth × η_bw), linear FLOPs / (peak × η_gemm(T)))
+                — the roofline of the GEMMs; weights are read once per step whatever the batch. MoE layers
+                touch only the experts the batch routes to: E·(1 − (1 − k/E)^T) of E experts for T tokens
+                (uniform routing; ``throughput.decode_bytes_read``). Small GEMMs do not reach peak:
+                η_gemm(T) = η_compute · T / (T + T½) (a saturating curve: cuBLAS tiles are 64–256 rows, so a
+                GEMM with few rows wastes most of each tile); an expert GEMM has only the T·k/touched rows
+                routed to that expert, so MoE layers run at η_gemm of that row count.
+``attention``   KV bytes read / (bandwidth × η_bw) + prefill attention FLOPs / (peak × η_attn): decode reads
+                each running request's whole context once per layer (``Σ context × KV bytes per token``;
+                sliding-window and chunked layers only ``min(context, window)``);
+                a prefill chunk of q new tokens after c cached ones does ≈ 4·heads·head_dim·q·(c + q/2)
+                FLOPs per layer (QKᵀ and PV, causal) and reads its c + q tokens of KV.
+``all-reduce``  TP: 2 per layer (after attention and after the MLP, ``RowParallelLinear``), ring cost
+                2(n−1)/n × T·hidden·bytes over the link plus a latency floor (``throughput`` constants).
+``pipeline``    PP: the stages run one after another for one batch (no micro-batch overlap is modelled), so
+                a step is pp × the heaviest stage plus one activation hand-off per boundary.
+``launch``      CUDA graphs hide kernel launches for batches up to the capture size (512 tokens,
+                ``CompilationConfig.max_cudagraph_capture_size`` default); eager mode (``--enforce-eager``) or
+                larger batches pay ≈ 14 launches × 4 µs per layer (measured launch latency of CUDA kernels on
+                H100/A100 with PyTorch 2.x; a Llama layer runs ≈ 14 kernels).
+``cpu``         scheduling, sampling, detokenisation and output processing: c₀ + c₁ × requests in the batch.
+                With async scheduling (vLLM 0.15+ default; ``planner`` resolves it) the CPU work of step n+1
+                overlaps the GPU work of step n, so a step takes max(GPU, CPU); otherwise GPU + CPU.
+
+The six fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
+catalog and the capacity plan (weights per GPU, KV bytes per token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.errors import InvalidSpec
+from service.core.planner import CapacityPlan
+from service.core.specs import GpuSpec, LayerType, ModelSpec
+from service.core.throughput import ALLREDUCE_LATENCY_SECONDS, INTERCONNECT_EFFICIENCY, decode_bytes_read
+
+CUDA_GRAPH_MAX_TOKENS = 512  # CompilationConfig.max_cudagraph_capture_size default (vLLM 0.11 – 0.33)
+EAGER_LAUNCH_SECONDS_PER_LAYER = 14 * 4e-6  # ≈ 14 kernels per decoder layer × ≈ 4 µs launch latency
+PIPELINE_HANDOFF_SECONDS = 30e-6  # one send/recv of the activations between stages (NCCL p2p latency floor)
+DEFAULT_LINK_BYTES_PER_SECOND = 64 * 10**9  # PCIe 5 ×16 when the catalog has no interconnect figure
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCoefficients:
+    """The few fitted numbers of the step-time model.
+
+    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``) on the 14 *fit* cases of
+    ``tests/data/serving-benchmarks.json`` that were then V1 engines with their GPUs in one host (A100 80GB,
+    Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, vLLM 0.9–0.10, concurrency 1–500). A refit after the data grew to
+    71 cases (18 such fit cases, adding H100 Qwen3-30B-A3B and DeepSeek-R1 TP8) moved only c₁ and the loss by
+    < 0.1 %, so these values stay. ``make accuracy`` on the 71 cases: median |error| of output_throughput /
+    mean TPOT / mean TTFT 4.4 % / 5.2 % / 29.2 % on those fit cases, 3.6 % / 5.6 % / 22.5 % on the 17
+    held-back cases of the same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods
+    included) 22.7 % / 36.5 % / 32.1 %. Each value lies inside the physical range the fit allows
+    (``bench/fit_step_coefficients.py::BOUNDS``).
+    """
+
+    bandwidth_efficiency: float = 0.84  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
+    compute_efficiency: float = 0.60  # η_compute: fraction of dense peak a large GEMM reaches
+    gemm_half_tokens: float = 91.4  # T½: rows at which a GEMM reaches half of η_compute
+    attention_efficiency: float = 0.35  # η_attn: fraction of dense peak prefill attention reaches
+    step_overhead_seconds: float = 0.00306  # c₀: CPU time per step (schedule, prepare inputs, launch, sample)
+    per_request_seconds: float = 3.3e-6  # c₁: CPU time per request in the batch (bookkeeping, output)
+    # Not fitted here: a per-deployment multiplier of every step's time (GPU and CPU), fitted by the live
+    # pipeline from one deployment's observed latencies (observed ÷ simulated TPOT). 1.0 = the model as is.
+    time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("bandwidth_efficiency", "compute_efficiency", "attention_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise InvalidSpec(f"must be in (0, 1], got {value}", field=f"coefficients.{name}")
+        if not self.time_scale > 0:
+            raise InvalidSpec(f"must be > 0, got {self.time_scale}", field="coefficients.time_scale")
+        for name in ("gemm_half_tokens", "step_overhead_seconds", "per_request_seconds"):
+            if getattr(self, name) < 0:
+                raise InvalidSpec("must not be negative", field=f"coefficients.{name}")
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "bandwidth_efficiency": self.bandwidth_efficiency,
+            "compute_efficiency": self.compute_efficiency,
+            "gemm_half_tokens": self.gemm_half_tokens,
+            "attention_efficiency": self.attention_efficiency,
+            "step_overhead_seconds": self.step_overhead_seconds,
+            "per_request_seconds": self.per_request_seconds,
+            "time_scale": self.time_scale,
+        }
+
+
+DEFAULT_STEP_COEFFICIENTS = StepCoefficients()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepLoad:
+    """What one engine step holds."""
+
+    num_tokens: int  # scheduled tokens (decode tokens + prefill chunk tokens)
+    num_requests: int  # requests in the batch
+    decode_context_tokens: int  # Σ context of the decode requests (KV tokens their attention reads)
+    prefill_attention_pairs: float  # Σ over prefill chunks of q·(c + q/2): causal (query, key) pairs
+    prefill_kv_tokens: int  # Σ over prefill chunks of c + q: KV tokens the chunks' attention reads
+    # Σ over decode requests of min(context, window): what sliding-window layers read (0 without them).
+    decode_windowed_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTimeModel:
+    """Per-deployment constants of the step-time formula, computed once per simulation (``build``)."""
+
+    coefficients: StepCoefficients
+    weight_bytes: int  # per GPU, heaviest stage
+    model: ModelSpec
+    bandwidth_bytes_per_second: float
+    peak_flops_per_second: float
+    linear_flops_per_token: (
+        float  # per GPU: 2 × active linear parameters / (tp × pp), routed experts included
+    )
+    expert_flops_per_token: float  # per GPU: the routed experts' part of ``linear_flops_per_token`` (MoE)
+    lm_head_flops_per_request: float  # per GPU: 2 × hidden × vocab / tp (logits only for sampled positions)
+    attention_flops_per_pair: float  # per GPU and stage: 4 × query heads / tp × head dim × layers / pp
+    kv_bytes_per_token: int  # per GPU (the plan's bytes per token of the rank), every layer
+    windowed_kv_bytes_per_token: (
+        int  # the part of it in sliding-window / chunked layers (read up to a window)
+    )
+    attention_window_tokens: int  # their window (0: no such layers)
+    allreduce_fixed_seconds: float  # per step: 2 × layers/pp × latency (0 without TP)
+    allreduce_seconds_per_token: float  # per step and token
+    layers_per_stage: int
+    pipeline_parallel_size: int
+    enforce_eager: bool
+    async_scheduling: bool
+
+    @classmethod
+    def build(
+        cls, *, model: ModelSpec, gpu: GpuSpec, plan: CapacityPlan, coefficients: StepCoefficients
+    ) -> StepTimeModel:
+        settings = plan.settings
+        if not gpu.memory_bandwidth_bytes_per_second:
+            raise InvalidSpec(f"GPU {gpu.name} has no memory bandwidth figure; cannot simulate", field="gpu")
+        quant = settings.quantization
+        fp8 = quant in ("fp8", "nvfp4") and gpu.fp8_dense_flops_per_second is not None
+        peak = (gpu.fp8_dense_flops_per_second if fp8 else None) or gpu.bf16_dense_flops_per_second
+        if not peak:
+            raise InvalidSpec(f"GPU {gpu.name} has no dense FLOP/s figure; cannot simulate", field="gpu")
+        tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
+        active = model.num_active_parameters or model.num_parameters
+        embedding = model.vocab_size * model.hidden_size
+        lm_head = 0 if model.tie_word_embeddings else embedding
+        linear_params = max(1, active - embedding - lm_head)
+        layers = model.num_hidden_layers
+        per_stage_layers = max(1, layers // pp)
+        expert_params = 0
+        if model.is_moe and model.num_experts_per_tok:
+            moe_layers = layers - (model.first_k_dense_replace or 0)
+            width = model.moe_intermediate_size or model.intermediate_size or 0
+            expert_params = min(
+                linear_params, 3 * model.hidden_size * width * model.num_experts_per_tok * moe_layers
+            )
+        if model.uses_mla and model.kv_lora_rank and model.qk_rope_head_dim:
+            # MLA (absorbed): scores over kv_lora_rank + rope dims, values over kv_lora_rank.
+            pair_flops_per_head = 2 * (model.kv_lora_rank + model.qk_rope_head_dim) + 2 * model.kv_lora_rank
+        else:
+            pair_flops_per_head = 4 * model.head_dim
+        attention_layers = sum(1 for kind in model.resolved_layer_types if kind.is_attention)
+        attention_flops = (
+            pair_flops_per_head * max(1, model.num_attention_heads // tp) * attention_layers / pp
+        )
+        link = gpu.interconnect_bandwidth_bytes_per_second or DEFAULT_LINK_BYTES_PER_SECOND
+        act_bytes = 2 if settings.dtype in ("bfloat16", "float16") else 4
+        if tp > 1:
+            calls = 2 * per_stage_layers
+            fixed = calls * ALLREDUCE_LATENCY_SECONDS
+            # Ring all-reduce moves 2(n−1)/n of the message per GPU; one direction of the link (throughput.py).
+            per_token = (
+                calls
+                * 2
+                * (tp - 1)
+                / tp
+                * model.hidden_size
+                * act_bytes
+                / (link / 2 * INTERCONNECT_EFFICIENCY)
+            )
+        else:
+            fixed, per_token = 0.0, 0.0
+        windowed, window = _windowed_kv(model, plan)
+        return cls(
+            coefficients=coefficients,
+            weight_bytes=plan.memory.weights_bytes,
+            model=model,
+            bandwidth_bytes_per_second=float(gpu.memory_bandwidth_bytes_per_second),
+            peak_flops_per_second=float(peak),
+            linear_flops_per_token=2.0 * linear_params / (tp * pp),
+            expert_flops_per_token=2.0 * expert_params / (tp * pp),
+            lm_head_flops_per_request=2.0 * model.hidden_size * model.vocab_size / tp,
+            attention_flops_per_pair=float(attention_flops),
+            kv_bytes_per_token=plan.kv_cache.bytes_per_token,
+            windowed_kv_bytes_per_token=windowed,
+            attention_window_tokens=window,
+            allreduce_fixed_seconds=fixed,
+            allreduce_seconds_per_token=per_token,
+            layers_per_stage=per_stage_layers,
+            pipeline_parallel_size=pp,
+            enforce_eager=settings.enforce_eager,
+            async_scheduling=settings.async_scheduling,
+        )
+
+    def weight_bytes_touched(self, num_tokens: int) -> float:
+        """Weight bytes one step reads: all of them for dense models, the routed experts' share for MoE."""
+        if not self.model.is_moe:
+            return float(self.weight_bytes)
+        return float(
+            decode_bytes_read(
+                self.model,
+                weights_bytes=self.weight_bytes,
+                kv_bytes_per_token=0,
+                batch=max(1, num_tokens),
+                context_tokens=0,
+            )
+        )
+
+    def _gemm_efficiency(self, rows: float) -> float:
+        """η_gemm(T) = η_compute · T / (T + T½)."""
+        c = self.coefficients
+        return c.compute_efficiency * rows / (rows + c.gemm_half_tokens)
+
+    def gpu_seconds_parts(self, load: StepLoad) -> tuple[float, float]:
+        """(context-independent GPU seconds, seconds per decode context token) of one step.
+
+        Splitting out the term linear in ``decode_context_tokens`` lets the engine sum a decode stretch —
+        where only contexts grow — in closed form.
+        """
+        c = self.coefficients
+        tokens = max(1, load.num_tokens)
+        bandwidth = self.bandwidth_bytes_per_second * c.bandwidth_efficiency
+        memory = self.weight_bytes_touched(tokens) / bandwidth
+        peak = self.peak_flops_per_second
+        dense_flops = (
+            self.linear_flops_per_token - self.expert_flops_per_token
+        ) * tokens + self.lm_head_flops_per_request * load.num_requests
+        compute = dense_flops / (peak * self._gemm_efficiency(tokens))
+        if self.expert_flops_per_token:
+            # Each touched expert multiplies only the rows routed to it: T·k / experts touched.
+            model = self.model
+            experts = model.num_experts or 1
+            top_k = model.num_experts_per_tok or 1
+            touched = experts * (1 - (1 - top_k / experts) ** tokens)
+            rows = tokens * top_k / touched
+            compute += self.expert_flops_per_token * tokens / (peak * self._gemm_efficiency(rows))
+        linear = max(memory, compute)
+        attention = (
+            load.prefill_kv_tokens * self.kv_bytes_per_token / bandwidth
+            + load.prefill_attention_pairs
+            * self.attention_flops_per_pair
+            / (self.peak_flops_per_second * c.attention_efficiency)
+        )
+        comm = self.allreduce_fixed_seconds + self.allreduce_seconds_per_token * tokens
+        launch = (
+            self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
+            if self.enforce_eager or tokens > CUDA_GRAPH_MAX_TOKENS
+            else 0.0
+        )
+        pp = self.pipeline_parallel_size
+        fixed = pp * (linear + attention + comm + launch) + (pp - 1) * PIPELINE_HANDOFF_SECONDS
+        per_context_token = pp * (self.kv_bytes_per_token - self.windowed_kv_bytes_per_token) / bandwidth
+        return fixed * c.time_scale, per_context_token * c.time_scale
+
+    def seconds_per_windowed_token(self) -> float:
+        """Seconds per token of ``decode_windowed_tokens`` (sliding-window layers' KV reads)."""
+        c = self.coefficients
+        bandwidth = self.bandwidth_bytes_per_second * c.bandwidth_efficiency
+        return self.pipeline_parallel_size * self.windowed_kv_bytes_per_token / bandwidth * c.time_scale
+
+    def cpu_seconds(self, num_requests: int) -> float:
+        c = self.coefficients
+        return (c.step_overhead_seconds + c.per_request_seconds * num_requests) * c.time_scale
+
+    def step_seconds(self, load: StepLoad) -> float:
+        """Wall time of one step: GPU and CPU parts, overlapped under async scheduling."""
+        fixed, per_context = self.gpu_seconds_parts(load)
+        gpu = fixed + per_context * load.decode_context_tokens
+        if load.decode_windowed_tokens:
+            gpu += self.seconds_per_windowed_token() * load.decode_windowed_tokens
+        cpu = self.cpu_seconds(load.num_requests)
+        return max(gpu, cpu) if self.async_scheduling else gpu + cpu
+
+
+def _windowed_kv(model: ModelSpec, plan: CapacityPlan) -> tuple[int, int]:
+    """(KV bytes per token of the sliding-window/chunked layers, their window) for one GPU.
+
+    A decode step's attention in such a layer reads at most the window's tokens
+    (``SlidingWindowSpec``/``ChunkedLocalAttentionSpec``); the plan's layout says which layers those are.
+    """
+    layout = plan.layout
+    window = model.sliding_window or model.attention_chunk_size or 0
+    if layout is None or not window:
+        return 0, 0
+    windowed = 0
+    for group in layout.groups:
+        if group.spec.kind in (LayerType.SLIDING, LayerType.CHUNKED):
+            windowed += group.spec.bytes_per_token * group.num_layers
+    windowed = min(windowed, plan.kv_cache.bytes_per_token)
+    return (windowed, window) if windowed else (0, 0)

@@ -1,0 +1,250 @@
+"""vLLM's latency and token histograms: cumulative buckets, the difference between two scrapes, quantiles.
+
+vLLM exports Prometheus histograms (``vllm/v1/metrics/loggers.py::PrometheusStatLogger``, 0.10 to 0.32):
+
+- ``vllm:time_to_first_token_seconds`` — one observation per request, arrival to first token;
+- ``vllm:request_time_per_output_token_seconds`` (0.11+) — one per finished request, decode time ÷ decode
+  tokens: what ``vllm bench serve`` calls TPOT;
+- ``vllm:inter_token_latency_seconds`` (0.11+) and its pre-0.11 name ``vllm:time_per_output_token_seconds``
+  (deprecated in 0.11, hidden in 0.12, removed in 0.13: vllm-project/vllm#24110 and #32661) — one per output
+  event, the time since the previous one: what ``vllm bench serve`` calls ITL;
+- ``vllm:e2e_request_latency_seconds`` — one per finished request;
+- ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` — tokens per finished request;
+- ``vllm:iteration_tokens_total`` — tokens scheduled per engine step.
+
+A histogram is cumulative since the server started, so "what happened lately" is the difference of two
+scrapes (bucket by bucket); a restart (a count that went down) or changed bucket bounds make the difference
+meaningless, and the whole cumulative histogram is used instead. Quantiles follow Prometheus'
+``histogram_quantile``: linear interpolation inside the bucket that holds the rank, the lower bound of the
+first bucket taken as 0, and the highest finite bound returned when the rank falls in the ``+Inf`` bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+TTFT = "vllm:time_to_first_token_seconds"
+REQUEST_TPOT = "vllm:request_time_per_output_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+ITL_OLD = "vllm:time_per_output_token_seconds"  # before 0.11: the same inter-token observations
+E2E = "vllm:e2e_request_latency_seconds"
+PROMPT_TOKENS = "vllm:request_prompt_tokens"
+GENERATION_TOKENS = "vllm:request_generation_tokens"
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+
+HISTOGRAM_NAMES: tuple[str, ...] = (
+    TTFT,
+    REQUEST_TPOT,
+    ITL,
+    ITL_OLD,
+    E2E,
+    PROMPT_TOKENS,
+    GENERATION_TOKENS,
+    ITERATION_TOKENS,
+)
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """One cumulative histogram: ``buckets`` are (upper bound, cumulative count), ending with +Inf."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        return tuple(bound for bound, _ in self.buckets)
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+    def plus(self, other: Histogram) -> Histogram | None:
+        """Both histograms together (pods or engines of one deployment); None when the bounds differ."""
+        if self.bounds != other.bounds:
+            return None
+        return Histogram(
+            buckets=tuple((b, c + d) for (b, c), (_, d) in zip(self.buckets, other.buckets, strict=True)),
+            sum=self.sum + other.sum,
+            count=self.count + other.count,
+        )
+
+    def minus(self, earlier: Histogram) -> Histogram | None:
+        """What was observed since ``earlier``; None after a restart (a count went down) or a bounds change."""
+        if self.bounds != earlier.bounds or self.count < earlier.count:
+            return None
+        diff = tuple((b, c - d) for (b, c), (_, d) in zip(self.buckets, earlier.buckets, strict=True))
+        if any(count < 0 for _, count in diff):
+            return None
+        return Histogram(buckets=diff, sum=self.sum - earlier.sum, count=self.count - earlier.count)
+
+    def quantile(self, q: float) -> float | None:
+        """Prometheus' ``histogram_quantile(q, …)`` over these buckets (None when empty)."""
+        if not 0 <= q <= 1 or self.count <= 0 or not self.buckets:
+            return None
+        total = self.buckets[-1][1]
+        if total <= 0:
+            return None
+        rank = q * total
+        lower_bound, lower_count = 0.0, 0.0
+        for bound, cumulative in self.buckets:
+            if cumulative >= rank:
+                if math.isinf(bound):
+                    # The rank is above every finite bound: Prometheus returns the highest finite bound.
+                    return lower_bound
+                in_bucket = cumulative - lower_count
+                if in_bucket <= 0:
+                    return bound
+                return lower_bound + (bound - lower_bound) * (rank - lower_count) / in_bucket
+            lower_bound, lower_count = bound, cumulative
+        return lower_bound
+
+
+def histograms_from_samples(
+    samples: Iterable[tuple[str, Mapping[str, str], float]],
+) -> dict[str, Histogram]:
+    """The histograms named in ``HISTOGRAM_NAMES``, summed over every other label (engines, model names).
+
+    Series whose buckets do not line up with the first one seen are dropped rather than mixed.
+    """
+    parts: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, object]] = {}
+    for name, labels, value in samples:
+        for suffix in HISTOGRAM_SUFFIXES:
+            base = name.removesuffix(suffix)
+            if base != name and base in HISTOGRAM_NAMES:
+                break
+        else:
+            continue
+        if not math.isfinite(value) and suffix != "_bucket":
+            continue
+        series = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+        entry = parts.setdefault((base, series), {"buckets": {}, "sum": None, "count": None})
+        if suffix == "_bucket":
+            try:
+                bound = float(labels.get("le", ""))
+            except ValueError:
+                continue
+            buckets = entry["buckets"]
+            assert isinstance(buckets, dict)
+            buckets[bound] = value
+        else:
+            entry[suffix[1:]] = value
+    out: dict[str, Histogram] = {}
+    for (base, _series), entry in sorted(parts.items()):
+        buckets = entry["buckets"]
+        assert isinstance(buckets, dict)
+        total, count = entry["sum"], entry["count"]
+        if not buckets or not isinstance(count, float) or not isinstance(total, float):
+            continue
+        if math.inf not in buckets:
+            buckets[math.inf] = count
+        histogram = Histogram(buckets=tuple(sorted(buckets.items())), sum=total, count=count)
+        if base in out:
+            combined = out[base].plus(histogram)
+            if combined is not None:
+                out[base] = combined
+        else:
+            out[base] = histogram
+    return out
+
+
+Window = Literal["since_last_scrape", "since_start"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Distribution:
+    """Mean, median and 99th percentile of one histogram over a window."""
+
+    mean: float | None
+    p50: float | None
+    p99: float | None
+    count: float
+    window: Window
+
+    @classmethod
+    def of(cls, histogram: Histogram, window: Window) -> Distribution:
+        return cls(
+            mean=histogram.mean,
+            p50=histogram.quantile(0.5),
+            p99=histogram.quantile(0.99),
+            count=histogram.count,
+            window=window,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyObservation:
+    """What a deployment's histograms say about its recent traffic (``None`` = not reported or no requests).
+
+    ``tpot`` is vLLM's per-request time per output token when the server reports it (0.11+), otherwise the
+    inter-token latency, which is the same quantity at one token per output event (no speculative decoding).
+    """
+
+    ttft: Distribution | None = None
+    tpot: Distribution | None = None
+    itl: Distribution | None = None
+    e2e: Distribution | None = None
+    prompt_tokens: Distribution | None = None
+    generation_tokens: Distribution | None = None
+    iteration_tokens: Distribution | None = None
+    interval_seconds: float | None = None
+    """Seconds between the two scrapes the window spans (None for a since-start window)."""
+
+    @property
+    def request_rate(self) -> float | None:
+        """Finished requests per second over the window (only for a since-last-scrape window)."""
+        if self.e2e is None or self.interval_seconds is None or self.interval_seconds <= 0:
+            return None
+        if self.e2e.window != "since_last_scrape":
+            return None
+        return self.e2e.count / self.interval_seconds
+
+
+def _distribution(
+    histograms: Mapping[str, Histogram], names: tuple[str, ...], window: Window
+) -> Distribution | None:
+    """The first of ``names`` with observations in the window."""
+    for name in names:
+        histogram = histograms.get(name)
+        if histogram is not None and histogram.count > 0:
+            return Distribution.of(histogram, window)
+    return None
+
+
+def observe_latency(
+    histograms: Mapping[str, Histogram], *, window: Window, interval_seconds: float | None = None
+) -> LatencyObservation | None:
+    """A ``LatencyObservation`` from a deployment's summed histograms over one window (None when empty)."""
+    itl = _distribution(histograms, (ITL, ITL_OLD), window)
+    observation = LatencyObservation(
+        ttft=_distribution(histograms, (TTFT,), window),
+        tpot=_distribution(histograms, (REQUEST_TPOT,), window) or itl,
+        itl=itl,
+        e2e=_distribution(histograms, (E2E,), window),
+        prompt_tokens=_distribution(histograms, (PROMPT_TOKENS,), window),
+        generation_tokens=_distribution(histograms, (GENERATION_TOKENS,), window),
+        iteration_tokens=_distribution(histograms, (ITERATION_TOKENS,), window),
+        interval_seconds=interval_seconds if window == "since_last_scrape" else None,
+    )
+    if observation.ttft is None and observation.tpot is None and observation.e2e is None:
+        return None
+    return observation
+
+
+def sum_histograms(per_pod: Iterable[Mapping[str, Histogram]]) -> dict[str, Histogram]:
+    """Histograms of every pod added together, name by name (pods with other bounds are left out)."""
+    total: dict[str, Histogram] = {}
+    for histograms in per_pod:
+        for name, histogram in histograms.items():
+            if name not in total:
+                total[name] = histogram
+                continue
+            combined = total[name].plus(histogram)
+            if combined is not None:
+                total[name] = combined
+    return total

@@ -1,0 +1,175 @@
+"""``kvcap simulate``: ``vllm bench serve`` against a simulated replica, printed the way vLLM prints it.
+
+Only typer and the standard library are imported at module level; the catalog, the planner and the simulator
+are imported when the command runs, so ``kvcap --help`` and the other commands do not pay for them.
+
+Exit codes as for ``kvcap plan``: 0 a result, 2 bad input (a message naming the flag or field).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+Opt = typer.Option
+
+
+def _rate(text: str) -> float | str:
+    if text.strip().lower() == "inf":
+        return "inf"
+    try:
+        return float(text)
+    except ValueError:
+        raise typer.BadParameter(f"a number of requests per second or 'inf', got {text!r}") from None
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _validation_message(exc: Any) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+
+
+def _post(server: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Ask a kvcap server; its 4xx become exit 2 with the server's message."""
+    import httpx
+
+    try:
+        response = httpx.post(server.rstrip("/") + "/v1/simulations", json=body, timeout=120)
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach {server}: {exc}") from None
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text[:500]
+        raise _fail(f"{server} answered {response.status_code}: {detail}")
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def simulate_command(
+    model: Annotated[str | None, Opt("--model", "-m", help="catalog name or Hugging Face id")] = None,
+    hf_config: Annotated[Path | None, Opt(help="a config.json instead of --model")] = None,
+    num_parameters: Annotated[int | None, Opt(help="parameter count for --hf-config")] = None,
+    gpu: Annotated[
+        str | None, Opt("--gpu", "-g", help="catalog name or nvidia.com/gpu.product label")
+    ] = None,
+    engine: Annotated[str | None, Opt(help="'ideal' or vllm-X.Y (default: newest known)")] = None,
+    tensor_parallel_size: Annotated[int, Opt("--tensor-parallel-size", "-tp")] = 1,
+    pipeline_parallel_size: Annotated[int, Opt("--pipeline-parallel-size", "-pp")] = 1,
+    max_model_len: Annotated[str | None, Opt(help="tokens, or 'auto'")] = None,
+    kv_cache_dtype: Annotated[str | None, Opt()] = None,
+    quantization: Annotated[str | None, Opt("--quantization", "-q")] = None,
+    dtype: Annotated[str | None, Opt()] = None,
+    gpu_memory_utilization: Annotated[float | None, Opt()] = None,
+    kv_cache_memory_bytes: Annotated[int | None, Opt()] = None,
+    block_size: Annotated[int | None, Opt()] = None,
+    max_num_seqs: Annotated[int | None, Opt()] = None,
+    max_num_batched_tokens: Annotated[int | None, Opt()] = None,
+    enforce_eager: Annotated[bool, Opt("--enforce-eager")] = False,
+    device: Annotated[str, Opt(help="cuda, rocm or cpu")] = "cuda",
+    dataset_name: Annotated[str, Opt(help="random or sharegpt (as vllm bench serve)")] = "random",
+    num_prompts: Annotated[int, Opt(help="requests to send")] = 1000,
+    request_rate: Annotated[str, Opt(help="requests/s, or 'inf' for all at once")] = "inf",
+    burstiness: Annotated[float, Opt(help="gamma shape of arrival gaps; 1 = Poisson")] = 1.0,
+    max_concurrency: Annotated[int | None, Opt(help="client-side cap on requests in flight")] = None,
+    random_input_len: Annotated[int, Opt()] = 1024,
+    random_output_len: Annotated[int, Opt()] = 128,
+    random_range_ratio: Annotated[float, Opt()] = 0.0,
+    random_prefix_len: Annotated[int, Opt()] = 0,
+    seed: Annotated[int, Opt()] = 0,
+    as_json: Annotated[bool, Opt("--json", help="print the whole simulation as JSON")] = False,
+    save_result: Annotated[
+        Path | None, Opt(help="write vLLM's --save-result JSON (diff it against a real run)")
+    ] = None,
+    server: Annotated[str | None, Opt(help="ask a kvcap server instead of the built-in catalog")] = None,
+) -> None:
+    """Predict what `vllm bench serve` measures for a model on a GPU. Exit 2 for bad input."""
+    if (model is None) == (hf_config is None):
+        raise _fail("give exactly one of --model or --hf-config")
+    model_ref: Any = model
+    if hf_config is not None:
+        try:
+            model_ref = {"hf_config": json.loads(hf_config.read_text()), "num_parameters": num_parameters}
+        except (OSError, ValueError) as exc:
+            raise _fail(f"cannot read {hf_config}: {exc}") from None
+    length: int | str | None = max_model_len
+    if max_model_len is not None and max_model_len != "auto":
+        try:
+            length = int(max_model_len.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise _fail(f"--max-model-len must be an integer or 'auto', got {max_model_len!r}") from None
+    try:
+        rate = _rate(request_rate)
+    except typer.BadParameter as exc:
+        raise _fail(f"--request-rate: {exc}") from None
+    fields: dict[str, Any] = {
+        "model": model_ref,
+        "gpu": gpu,
+        "engine": engine,
+        "tensor_parallel_size": tensor_parallel_size,
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "max_model_len": length,
+        "kv_cache_dtype": kv_cache_dtype,
+        "quantization": quantization,
+        "dtype": dtype,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "kv_cache_memory_bytes": kv_cache_memory_bytes,
+        "block_size": block_size,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "enforce_eager": enforce_eager,
+        "device": device,
+        "benchmark": {
+            "dataset_name": dataset_name,
+            "num_prompts": num_prompts,
+            "request_rate": rate,
+            "burstiness": burstiness,
+            "max_concurrency": max_concurrency,
+            "random_input_len": random_input_len,
+            "random_output_len": random_output_len,
+            "random_range_ratio": random_range_ratio,
+            "random_prefix_len": random_prefix_len,
+            "seed": seed,
+        },
+    }
+    from pydantic import ValidationError
+
+    from service.planning.schemas import SimulationOut, SimulationRequestBody
+
+    try:
+        body = SimulationRequestBody.model_validate(fields)
+    except ValidationError as exc:
+        raise _fail(_validation_message(exc)) from None
+    if server:
+        out = SimulationOut.model_validate(_post(server, body.model_dump(mode="json", exclude_none=True)))
+    else:
+        from service.catalog.builtin import builtin_snapshot
+        from service.errors import ServiceError
+        from service.planning.simulations import make_simulation
+
+        try:
+            out = make_simulation(builtin_snapshot(), body)
+        except ServiceError as exc:
+            raise _fail(exc.message) from None
+    from service.planning.simulations import vllm_result_json, vllm_summary
+
+    if save_result is not None:
+        document = vllm_result_json(out, model_id=model or out.plan.model.name)
+        try:
+            save_result.write_text(json.dumps(document) + "\n")
+        except OSError as exc:
+            raise _fail(f"cannot write {save_result}: {exc}") from None
+    if as_json:
+        sys.stdout.write(out.model_dump_json(indent=2) + "\n")
+        return
+    notes = [f"note: {message}" for message in out.messages]
+    band = f"predicted by kvcap's simulator, ±{out.error_band.ratio:.0%} (held-back median error)"
+    sys.stdout.write("\n".join([vllm_summary(out), *notes, band]) + "\n")

@@ -1,0 +1,40 @@
+"""The serving simulator against public vllm bench serve results (``make accuracy`` prints the full report).
+
+Guards the figures stated in ``StepCoefficients``' docstring and the README: on the held-back cases of the kind
+the coefficients are fitted on (V1 engines, GPUs in one host) the median |error| stays within the issue's bars
+(15 % throughput and TPOT, 35 % TTFT). Every case of the data file is either simulated or skipped with a reason.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.serving_accuracy import (
+    BARS,
+    METRICS,
+    CaseOutcome,
+    evaluate,
+    load_cases,
+    prepare_all,
+    summarise,
+)
+from service.core.serving import DEFAULT_STEP_COEFFICIENTS
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> list[CaseOutcome]:
+    prepared, skipped = prepare_all(load_cases())
+    assert len(prepared) + len(skipped) == len(load_cases())
+    return evaluate(prepared, DEFAULT_STEP_COEFFICIENTS)
+
+
+def test_every_simulated_case_produced_a_prediction(outcomes: list[CaseOutcome]) -> None:
+    assert outcomes
+    assert all(o.predicted for o in outcomes), [o.case_id for o in outcomes if not o.predicted]
+
+
+def test_held_back_v1_one_host_medians_meet_the_bars(outcomes: list[CaseOutcome]) -> None:
+    summary = summarise(outcomes, "held_back", v1_only=True)
+    assert summary.cases >= 10
+    for metric in METRICS:
+        assert summary.median_abs_error[metric] <= BARS[metric], (metric, summary.median_abs_error[metric])

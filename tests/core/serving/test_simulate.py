@@ -1,0 +1,290 @@
+"""The whole simulator: closed-form stretches against step-by-step runs, the client gate, limits, results."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from service.core.errors import InvalidSpec
+from service.core.planner import PlanRequest, plan
+from service.core.serving import (
+    RESULT_KEYS,
+    BenchmarkSpec,
+    SimulationLimits,
+    StepCoefficients,
+    simulate,
+)
+from service.core.serving.step_time import StepLoad, StepTimeModel
+from tests.core.model_cards import LLAMA_31_8B
+from tests.core.serving.test_step_time import H100
+
+COEFFS = StepCoefficients(
+    bandwidth_efficiency=0.8,
+    compute_efficiency=0.5,
+    gemm_half_tokens=100.0,
+    attention_efficiency=0.4,
+    step_overhead_seconds=0.002,
+    per_request_seconds=10e-6,
+)
+
+
+def _request(**changes: object) -> PlanRequest:
+    settings: dict[str, object] = {"max_model_len": 8192, **changes}
+    return PlanRequest(model=LLAMA_31_8B, gpu=H100, **settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=60, random_range_ratio=0.5),
+        BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=60, request_rate=8.0, seed=2),
+        BenchmarkSpec(num_prompts=30, random_input_len=500, random_output_len=80, max_concurrency=4),
+        BenchmarkSpec(
+            num_prompts=30,
+            random_input_len=200,
+            random_output_len=50,
+            random_prefix_len=100,
+            request_rate=20.0,
+        ),
+    ],
+)
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_closed_form_decode_stretches_match_a_step_by_step_run(
+    spec: BenchmarkSpec, async_scheduling: bool
+) -> None:
+    request = _request(async_scheduling=async_scheduling)
+    fast = simulate(request, spec, coefficients=COEFFS)
+    slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
+    assert fast.num_steps == slow.num_steps
+    for key in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "p99_ttft_ms", "mean_itl_ms"):
+        assert math.isclose(getattr(fast.result, key), getattr(slow.result, key), rel_tol=1e-9), key
+    # Medians/p99 of the ITL come from a few samples per stretch: within 1 % of the exact list.
+    assert math.isclose(fast.result.median_itl_ms, slow.result.median_itl_ms, rel_tol=0.01)
+    assert math.isclose(fast.result.p99_itl_ms, slow.result.p99_itl_ms, rel_tol=0.01)
+
+
+def test_closed_form_matches_step_by_step_through_preemptions() -> None:
+    # A tiny KV pool (400 blocks of 16 = 6,400 tokens) for 40 requests of 300 + 200 tokens forces preemption.
+    request = _request(num_gpu_blocks_override=401, async_scheduling=False, max_model_len=2048)
+    spec = BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=200)
+    fast = simulate(request, spec, coefficients=COEFFS)
+    slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
+    assert fast.num_preemptions > 0 and fast.num_preemptions == slow.num_preemptions
+    assert math.isclose(fast.result.duration, slow.result.duration, rel_tol=1e-9)
+    assert math.isclose(fast.result.mean_ttft_ms, slow.result.mean_ttft_ms, rel_tol=1e-9)
+
+
+def test_one_request_is_one_prefill_step_then_output_minus_one_decode_steps() -> None:
+    request = _request(async_scheduling=False)
+    p = plan(request)
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((100, 10),))
+    sim = simulate(request, spec, plan=p, coefficients=COEFFS)
+    model = StepTimeModel.build(model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS)
+    prefill = model.step_seconds(
+        StepLoad(
+            num_tokens=100,
+            num_requests=1,
+            decode_context_tokens=0,
+            prefill_attention_pairs=100 * 50,
+            prefill_kv_tokens=100,
+        )
+    )
+    # Decode step j reads the KV of 100 + j tokens (context before the new token).
+    decodes = [
+        model.step_seconds(
+            StepLoad(
+                num_tokens=1,
+                num_requests=1,
+                decode_context_tokens=100 + j,
+                prefill_attention_pairs=0.0,
+                prefill_kv_tokens=0,
+            )
+        )
+        for j in range(9)
+    ]
+    assert sim.num_steps == 10
+    assert math.isclose(sim.result.mean_ttft_ms, prefill * 1e3, rel_tol=1e-9)
+    assert math.isclose(sim.result.mean_tpot_ms, sum(decodes) / 9 * 1e3, rel_tol=1e-9)
+    assert math.isclose(sim.result.duration, prefill + sum(decodes), rel_tol=1e-9)
+    assert sim.result.total_output_tokens == 10 and sim.result.completed == 1
+
+
+def test_max_concurrency_one_serialises_the_requests() -> None:
+    request = _request(async_scheduling=False)
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=3, requests=((100, 10),), max_concurrency=1)
+    one = simulate(
+        request,
+        BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((100, 10),)),
+        coefficients=COEFFS,
+    )
+    three = simulate(request, spec, coefficients=COEFFS)
+    # Each request waits for the previous one's last token; the engine sees one request at a time.
+    assert math.isclose(three.result.duration, 3 * one.result.duration, rel_tol=1e-9)
+    assert math.isclose(three.result.mean_ttft_ms, one.result.mean_ttft_ms, rel_tol=1e-9)
+    assert three.result.max_concurrent_requests == 1
+
+
+def test_more_concurrency_means_more_throughput_and_slower_tokens() -> None:
+    request = _request()
+    results = [
+        simulate(
+            request,
+            BenchmarkSpec(num_prompts=64, random_input_len=512, random_output_len=64, max_concurrency=c),
+            coefficients=COEFFS,
+        ).result
+        for c in (1, 8, 64)
+    ]
+    assert results[0].output_throughput < results[1].output_throughput < results[2].output_throughput
+    assert results[0].mean_tpot_ms < results[1].mean_tpot_ms < results[2].mean_tpot_ms
+
+
+def test_a_shared_prefix_is_computed_once() -> None:
+    request = _request()
+    spec = BenchmarkSpec(num_prompts=20, random_input_len=100, random_output_len=10, random_prefix_len=512)
+    sim = simulate(request, spec, coefficients=COEFFS)
+    assert sim.prefix_cache_hit_tokens == 19 * 512  # 512 = 32 whole blocks of 16, hit by every later request
+
+
+def test_results_are_deterministic_for_a_seed_and_use_vllms_keys() -> None:
+    request = _request()
+    spec = BenchmarkSpec(num_prompts=50, random_range_ratio=0.3, request_rate=5.0, dataset_name="sharegpt")
+    first = simulate(request, spec, coefficients=COEFFS)
+    second = simulate(request, spec, coefficients=COEFFS)
+    assert first.result == second.result
+    assert tuple(first.result.as_dict()) == RESULT_KEYS
+    assert 0 < len(first.timeline) <= 200
+    times = [p.time_seconds for p in first.timeline]
+    assert times == sorted(times)
+    assert all(0.0 <= p.kv_cache_usage_ratio <= 1.0 for p in first.timeline)
+
+
+def test_requests_longer_than_max_model_len_fail_like_vllms_http_400() -> None:
+    request = _request(max_model_len=1024)
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=2, requests=((1000, 100), (100, 10)))
+    sim = simulate(request, spec, coefficients=COEFFS)
+    assert sim.result.completed == 1 and sim.result.failed == 1
+    assert any("max_model_len" in m for m in sim.messages)
+
+
+def test_limits_refuse_with_the_field_named() -> None:
+    request = _request()
+    with pytest.raises(InvalidSpec) as error:
+        simulate(request, BenchmarkSpec(num_prompts=500), limits=SimulationLimits(max_num_prompts=100))
+    assert error.value.field == "benchmark.num_prompts"
+    with pytest.raises(InvalidSpec) as error:
+        simulate(request, BenchmarkSpec(num_prompts=50), limits=SimulationLimits(max_total_tokens=1000))
+    assert error.value.field == "benchmark.num_prompts"
+    with pytest.raises(InvalidSpec) as error:
+        simulate(
+            request,
+            BenchmarkSpec(num_prompts=20, random_output_len=100, max_concurrency=1),
+            limits=SimulationLimits(max_simulated_steps=10),
+        )
+    assert error.value.field == "benchmark.num_prompts"
+
+
+def test_a_plan_that_does_not_fit_is_refused() -> None:
+    with pytest.raises(InvalidSpec) as error:
+        simulate(_request(max_model_len=131_072, gpu_memory_utilization=0.2), BenchmarkSpec(num_prompts=1))
+    assert error.value.field == "model"
+
+
+def test_closed_form_matches_step_by_step_under_v0_scheduling() -> None:
+    request = _request(engine="vllm-0.10", max_model_len=2048)
+    spec = BenchmarkSpec(num_prompts=60, random_input_len=300, random_output_len=80, request_rate=15.0)
+    fast = simulate(request, spec, coefficients=COEFFS)
+    slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
+    assert fast.num_steps == slow.num_steps
+    assert math.isclose(fast.result.duration, slow.result.duration, rel_tol=1e-9)
+    assert math.isclose(fast.result.mean_tpot_ms, slow.result.mean_tpot_ms, rel_tol=1e-9)
+    assert any("V0" in line for line in fast.assumptions)
+
+
+def test_steps_with_output_leave_out_steps_of_partial_prefill_chunks() -> None:
+    # One prompt of 20,000 tokens with the default 8,192-token budget: chunks of 8,192, 8,192 and 3,616 — the
+    # first two sample nothing — then 4 decode steps: 7 steps, 5 of them with output; one request running.
+    request = _request(max_model_len=32_768, async_scheduling=False)
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((20_000, 5),))
+    sim = simulate(request, spec, coefficients=COEFFS)
+    assert sim.plan.settings.max_num_batched_tokens == 8192
+    assert (sim.num_steps, sim.num_steps_with_output, sim.peak_running) == (7, 5, 1)
+
+
+def test_async_scheduling_runs_one_more_step_for_a_finished_request() -> None:
+    # With async scheduling step n+1 is scheduled before step n's output is seen, so a request that got its
+    # last token is scheduled once more (its token discarded): 8 steps instead of 7, still 5 with output,
+    # and the client's timings are those of the 7 steps.
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((20_000, 5),))
+    lagged = simulate(_request(max_model_len=32_768, async_scheduling=True), spec, coefficients=COEFFS)
+    assert (lagged.num_steps, lagged.num_steps_with_output) == (8, 5)
+
+
+def test_a_gpu_without_bandwidth_or_flops_figures_is_refused_naming_the_gpu() -> None:
+    from dataclasses import replace
+
+    for gpu in (
+        replace(H100, memory_bandwidth_bytes_per_second=None),
+        replace(H100, bf16_dense_flops_per_second=None),
+    ):
+        with pytest.raises(InvalidSpec) as error:
+            simulate(
+                PlanRequest(model=LLAMA_31_8B, gpu=gpu, max_model_len=8192), BenchmarkSpec(num_prompts=2)
+            )
+        assert error.value.field == "gpu"
+    with pytest.raises(InvalidSpec) as error:
+        simulate(
+            PlanRequest(model=LLAMA_31_8B, gpu=None, kv_cache_memory_bytes=2**30, max_model_len=2048),
+            BenchmarkSpec(num_prompts=2),
+        )
+    assert error.value.field == "gpu"
+
+
+def test_sliding_window_layers_read_at_most_their_window_in_decode() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    entry = builtin_snapshot().find_model("gpt-oss-20b")
+    assert entry is not None
+    model = entry.spec
+    p = plan(PlanRequest(model=model, gpu=H100, max_model_len=8192, async_scheduling=False))
+    step = StepTimeModel.build(model=model, gpu=H100, plan=p, coefficients=COEFFS)
+    # gpt-oss-20b alternates 12 sliding (window 128) and 12 full layers: half the KV bytes are windowed.
+    assert step.attention_window_tokens == 128
+    assert step.windowed_kv_bytes_per_token * 2 == step.kv_bytes_per_token
+    base = StepLoad(
+        num_tokens=4,
+        num_requests=4,
+        decode_context_tokens=0,
+        prefill_attention_pairs=0.0,
+        prefill_kv_tokens=0,
+    )
+    load = StepLoad(
+        num_tokens=4,
+        num_requests=4,
+        decode_context_tokens=4 * 1000,
+        prefill_attention_pairs=0.0,
+        prefill_kv_tokens=0,
+        decode_windowed_tokens=4 * 128,
+    )
+    bandwidth = H100.memory_bandwidth_bytes_per_second * COEFFS.bandwidth_efficiency  # type: ignore[operator]
+    half = step.windowed_kv_bytes_per_token
+    expected_kv = (4 * 1000 * half + 4 * 128 * half) / bandwidth
+    assert math.isclose(step.step_seconds(load) - step.step_seconds(base), expected_kv, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("model_name", ["gpt-oss-20b", "mistral-7b-v0.1"])
+def test_closed_form_stretches_match_step_by_step_across_the_window_boundary(model_name: str) -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    entry = builtin_snapshot().find_model(model_name)
+    assert entry is not None
+    request = PlanRequest(model=entry.spec, gpu=H100, max_model_len=8192)
+    # Prompts of 50–150 tokens with 300 outputs: contexts cross gpt-oss's 128-token window mid-stretch.
+    spec = BenchmarkSpec(
+        num_prompts=30, random_input_len=100, random_output_len=300, random_range_ratio=0.5, request_rate=10.0
+    )
+    fast = simulate(request, spec, coefficients=COEFFS)
+    slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
+    assert fast.num_steps == slow.num_steps
+    for key in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms"):
+        assert math.isclose(getattr(fast.result, key), getattr(slow.result, key), rel_tol=1e-9), key

@@ -1,0 +1,164 @@
+"""The step-time model against roofline numbers worked out by hand (service/core/serving/step_time.py)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from service.core.errors import InvalidSpec
+from service.core.planner import PlanRequest, plan
+from service.core.serving.step_time import (
+    EAGER_LAUNCH_SECONDS_PER_LAYER,
+    StepCoefficients,
+    StepLoad,
+    StepTimeModel,
+)
+from service.core.specs import GpuSpec
+from service.core.throughput import ALLREDUCE_LATENCY_SECONDS, INTERCONNECT_EFFICIENCY
+from service.core.units import GIB
+from tests.core.model_cards import LLAMA_31_8B
+
+H100 = GpuSpec(
+    name="h100",
+    memory_bytes=int(79.22 * GIB),
+    memory_bandwidth_bytes_per_second=3_350_000_000_000,
+    bf16_dense_flops_per_second=989_500_000_000_000,
+    interconnect_bandwidth_bytes_per_second=900_000_000_000,
+    compute_capability="9.0",
+)
+# Round numbers so the hand arithmetic below is easy to follow.
+COEFFS = StepCoefficients(
+    bandwidth_efficiency=0.8,
+    compute_efficiency=0.5,
+    gemm_half_tokens=100.0,
+    attention_efficiency=0.4,
+    step_overhead_seconds=0.002,
+    per_request_seconds=10e-6,
+)
+# Llama-3.1-8B: 8,030,261,248 parameters, of which embedding and LM head are 2 × 128,256 × 4,096.
+LINEAR_PARAMS = 8_030_261_248 - 2 * 128_256 * 4_096
+LM_HEAD_FLOPS = 2 * 4_096 * 128_256
+KV_BYTES_PER_TOKEN = 32 * 8 * 128 * 2 * 2  # layers × KV heads × head dim × (K, V) × bf16 = 131,072
+
+
+def _model(**changes: object) -> tuple[StepTimeModel, int]:
+    request = PlanRequest(model=LLAMA_31_8B, gpu=H100, max_model_len=8192, **changes)  # type: ignore[arg-type]
+    p = plan(request)
+    return StepTimeModel.build(
+        model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS
+    ), p.memory.weights_bytes
+
+
+def _decode(batch: int, context: int) -> StepLoad:
+    return StepLoad(
+        num_tokens=batch,
+        num_requests=batch,
+        decode_context_tokens=batch * context,
+        prefill_attention_pairs=0.0,
+        prefill_kv_tokens=0,
+    )
+
+
+def test_the_plan_supplies_weights_and_kv_bytes() -> None:
+    model, weights = _model()
+    assert model.kv_bytes_per_token == KV_BYTES_PER_TOKEN
+    assert model.weight_bytes == weights
+    assert math.isclose(model.linear_flops_per_token, 2 * LINEAR_PARAMS)
+
+
+def test_batch_one_decode_is_the_weight_read_plus_the_kv_read() -> None:
+    model, weights = _model(async_scheduling=False)
+    bandwidth = 3.35e12 * 0.8
+    # Memory: all weights once. Compute at 1 token: η = 0.5 × 1/101 of peak — still below the memory time.
+    memory = weights / bandwidth
+    compute = (2 * LINEAR_PARAMS + LM_HEAD_FLOPS) / (989.5e12 * 0.5 / 101)
+    assert compute < memory
+    kv = 1000 * KV_BYTES_PER_TOKEN / bandwidth
+    cpu = 0.002 + 10e-6
+    assert math.isclose(model.step_seconds(_decode(1, 1000)), memory + kv + cpu, rel_tol=1e-9)
+
+
+def test_async_scheduling_overlaps_cpu_with_the_gpu() -> None:
+    sync, weights = _model(async_scheduling=False)
+    overlapped, _ = _model(async_scheduling=True)
+    gpu = weights / (3.35e12 * 0.8) + 1000 * KV_BYTES_PER_TOKEN / (3.35e12 * 0.8)
+    assert math.isclose(overlapped.step_seconds(_decode(1, 1000)), max(gpu, 0.002 + 10e-6), rel_tol=1e-9)
+    assert sync.step_seconds(_decode(1, 1000)) > overlapped.step_seconds(_decode(1, 1000))
+
+
+def test_a_large_prefill_is_compute_bound_with_causal_attention_flops() -> None:
+    model, weights = _model(async_scheduling=False)
+    q = 4096
+    load = StepLoad(
+        num_tokens=q,
+        num_requests=1,
+        decode_context_tokens=0,
+        prefill_attention_pairs=q * (0 + q / 2),
+        prefill_kv_tokens=q,
+    )
+    efficiency = 0.5 * q / (q + 100)
+    linear = (2 * LINEAR_PARAMS * q + LM_HEAD_FLOPS) / (989.5e12 * efficiency)
+    assert linear > weights / (3.35e12 * 0.8)  # compute-bound
+    # 4 × heads × head_dim FLOPs per (query, key) pair per layer, 32 layers, q²/2 causal pairs.
+    attention = 4 * 32 * 128 * 32 * (q * q / 2) / (989.5e12 * 0.4) + q * KV_BYTES_PER_TOKEN / (3.35e12 * 0.8)
+    eager_launch = 32 * EAGER_LAUNCH_SECONDS_PER_LAYER  # 4,096 tokens exceed the CUDA-graph capture size
+    expected = linear + attention + eager_launch + 0.002 + 10e-6
+    assert math.isclose(model.step_seconds(load), expected, rel_tol=1e-9)
+
+
+def test_enforce_eager_adds_launch_latency_per_layer() -> None:
+    graphs, _ = _model(async_scheduling=False)
+    eager, _ = _model(async_scheduling=False, enforce_eager=True)
+    delta = eager.step_seconds(_decode(8, 500)) - graphs.step_seconds(_decode(8, 500))
+    assert math.isclose(delta, 32 * EAGER_LAUNCH_SECONDS_PER_LAYER, rel_tol=1e-9)
+
+
+def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
+    tp1, _ = _model(async_scheduling=False)
+    tp2, _ = _model(async_scheduling=False, tensor_parallel_size=2)
+    batch = 64
+    message = batch * 4096 * 2  # tokens × hidden × bf16
+    per_call = ALLREDUCE_LATENCY_SECONDS + 2 * (2 - 1) / 2 * message / (900e9 / 2 * INTERCONNECT_EFFICIENCY)
+    fixed, _ = tp2.gpu_seconds_parts(_decode(batch, 0))
+    fixed1, _ = tp1.gpu_seconds_parts(_decode(batch, 0))
+    # TP 2 halves the weights per GPU (memory-bound at 64 tokens) and adds 64 all-reduces.
+    memory2 = tp2.weight_bytes / (3.35e12 * 0.8)
+    assert math.isclose(fixed, memory2 + 2 * 32 * per_call, rel_tol=1e-9)
+    assert fixed < fixed1
+
+
+def test_moe_reads_only_the_experts_a_batch_touches() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    mixtral = builtin_snapshot().find_model("mixtral-8x7b")
+    assert mixtral is not None
+    spec = mixtral.spec
+    p = plan(PlanRequest(model=spec, gpu=H100, tensor_parallel_size=2, max_model_len=4096))
+    model = StepTimeModel.build(model=spec, gpu=H100, plan=p, coefficients=COEFFS)
+    weights = p.memory.weights_bytes
+    active = spec.num_active_parameters / spec.num_parameters  # type: ignore[operator]
+    experts, top_k = spec.num_experts, spec.num_experts_per_tok
+    assert experts == 8 and top_k == 2
+    per_expert = weights * (1 - active) / (experts - top_k)
+    for tokens in (1, 2, 8, 64):
+        touched = experts * (1 - (1 - top_k / experts) ** tokens)  # E·(1 − (1 − k/E)^T)
+        expected = weights * active + per_expert * (touched - top_k)
+        assert math.isclose(model.weight_bytes_touched(tokens), expected, rel_tol=1e-6)
+    assert math.isclose(model.weight_bytes_touched(10_000), weights, rel_tol=1e-6)
+
+
+def test_coefficients_are_validated_with_their_field() -> None:
+    with pytest.raises(InvalidSpec) as error:
+        replace(COEFFS, bandwidth_efficiency=1.5)
+    assert error.value.field == "coefficients.bandwidth_efficiency"
+    with pytest.raises(InvalidSpec) as error:
+        replace(COEFFS, time_scale=0.0)
+    assert error.value.field == "coefficients.time_scale"
+
+
+def test_time_scale_multiplies_every_term() -> None:
+    model, _ = _model(async_scheduling=False)
+    scaled = replace(model, coefficients=replace(COEFFS, time_scale=2.0))
+    assert math.isclose(scaled.step_seconds(_decode(4, 100)), 2 * model.step_seconds(_decode(4, 100)))

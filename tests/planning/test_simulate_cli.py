@@ -1,0 +1,91 @@
+"""`kvcap simulate`: vLLM's summary block line for line, --json, vLLM's --save-result file, and exit 2 for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from service.cli import app
+
+runner = CliRunner()
+ARGS = [
+    "simulate",
+    "-m",
+    "llama-3.1-8b",
+    "-g",
+    "h100-sxm-80gb",
+    "--max-model-len",
+    "8192",
+    "--num-prompts",
+    "40",
+    "--random-input-len",
+    "512",
+    "--random-output-len",
+    "64",
+]
+
+
+def vllm_line(label: str, value: object) -> str:
+    """`vllm bench serve`'s own format: ``"{:<40} {:<10}"`` (``{:<10.2f}`` for floats)."""
+    if isinstance(value, float):
+        return f"{label:<40} {value:<10.2f}"
+    return f"{label:<40} {value!s:<10}"
+
+
+def test_prints_the_block_vllm_bench_serve_prints_with_the_simulated_figures() -> None:
+    summary = runner.invoke(app, [*ARGS, "--request-rate", "3", "--max-concurrency", "16"])
+    assert summary.exit_code == 0, summary.output
+    as_json = runner.invoke(app, [*ARGS, "--request-rate", "3", "--max-concurrency", "16", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    result = json.loads(as_json.output)["result"]
+    lines = summary.output.splitlines()
+    assert lines[0] == "============ Serving Benchmark Result ============"
+    assert lines[1] == vllm_line("Successful requests:", 40)
+    assert lines[2] == vllm_line("Failed requests:", 0)
+    assert lines[3] == vllm_line("Maximum request concurrency:", 16)
+    assert lines[4] == vllm_line("Request rate configured (RPS):", 3.0)
+    assert lines[5] == vllm_line("Benchmark duration (s):", result["duration"])
+    assert lines[6] == vllm_line("Total input tokens:", 40 * 512)
+    assert lines[7] == vllm_line("Total generated tokens:", 40 * 64)
+    assert vllm_line("Output token throughput (tok/s):", result["output_throughput"]) in lines
+    assert "---------------Time to First Token----------------" in lines
+    assert "-----Time per Output Token (excl. 1st token)------" in lines
+    assert vllm_line("Mean TPOT (ms):", result["mean_tpot_ms"]) in lines
+    assert vllm_line("P99 TTFT (ms):", result["p99_ttft_ms"]) in lines
+    assert "=" * 50 in lines
+
+
+def test_an_infinite_rate_prints_no_configured_rate_as_vllm_does() -> None:
+    summary = runner.invoke(app, ARGS)
+    assert summary.exit_code == 0, summary.output
+    assert "Request rate configured" not in summary.output
+    assert "Maximum request concurrency" not in summary.output
+
+
+def test_save_result_writes_vllms_result_json_with_its_metadata_keys(tmp_path: Path) -> None:
+    path = tmp_path / "predicted.json"
+    outcome = runner.invoke(app, [*ARGS, "--burstiness", "0.5", "--save-result", str(path)])
+    assert outcome.exit_code == 0, outcome.output
+    saved = json.loads(path.read_text())
+    # main_async's metadata (vllm/benchmarks/serve.py): request_rate is the string "inf" for an infinite rate
+    assert saved["request_rate"] == "inf"
+    assert saved["burstiness"] == 0.5
+    assert saved["max_concurrency"] is None
+    assert saved["num_prompts"] == 40
+    assert saved["model_id"] == "llama-3.1-8b"
+    assert saved["backend"] == "kvcap-simulator"
+    assert len(saved["date"]) == len("20261201-120000")
+    for key in ("duration", "completed", "output_throughput", "mean_ttft_ms", "p99_tpot_ms", "median_itl_ms"):
+        assert key in saved
+    assert saved["total_output_tokens"] == 40 * 64
+
+
+def test_bad_input_exits_2_naming_the_flag_or_field() -> None:
+    rate = runner.invoke(app, [*ARGS, "--request-rate", "fast"])
+    assert rate.exit_code == 2 and "--request-rate" in rate.output
+    ratio = runner.invoke(app, [*ARGS, "--random-range-ratio", "1.5"])
+    assert ratio.exit_code == 2 and "benchmark.random_range_ratio" in ratio.output
+    gpu = runner.invoke(app, ["simulate", "-m", "llama-3.1-8b"])
+    assert gpu.exit_code == 2 and "gpu" in gpu.output
