@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from service.planning.schemas import OptionOut, PlanResponse, RecommendationOut
+from service.planning.schemas import OptionOut, PlanResponse, RecommendationOut, SimulationOut
 
 GIB = 1024**3
 
@@ -73,6 +73,29 @@ def render_capacity_curve(
         concurrency = answer.kv_cache.max_concurrency
         cells = round(width * concurrency / top) if top > 0 else 0
         table.add_row(f"{length:,}", f"{concurrency:,.2f}x", Text("█" * max(1, cells), style="green"))
+    console.print(table)
+
+
+def render_load_curve(
+    console: Console, curve: Sequence[tuple[int, SimulationOut]], *, gpus: int, width: int = 16
+) -> None:
+    """The simulator's load curve: per concurrency cap, output tokens/s per GPU (with a bar), TTFT and TPOT."""
+    table = Table(show_header=True, header_style="bold", title="Load curve (simulated vllm bench serve)")
+    for name in ("concurrency", "tok/s/GPU", "", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms"):
+        table.add_column(name, justify="right" if name else "left", min_width=width if not name else None)
+    per_gpu = [out.result.output_throughput / max(1, gpus) for _, out in curve]
+    top = max(per_gpu, default=0.0)
+    for (level, out), rate in zip(curve, per_gpu, strict=True):
+        result = out.result
+        cells = round(width * rate / top) if top > 0 else 0
+        table.add_row(
+            f"{level:,}",
+            f"{rate:,.1f}",
+            Text("█" * max(1, cells), style="green"),
+            f"{result.median_ttft_ms:,.1f}",
+            f"{result.p99_ttft_ms:,.1f}",
+            f"{result.median_tpot_ms:,.2f}",
+        )
     console.print(table)
 
 

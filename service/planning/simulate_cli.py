@@ -27,6 +27,17 @@ def _rate(text: str) -> float | str:
         raise typer.BadParameter(f"a number of requests per second or 'inf', got {text!r}") from None
 
 
+def _levels(text: str) -> list[int]:
+    """``1,2,4,8`` → [1, 2, 4, 8]: each a --max-concurrency for one simulation of the load curve."""
+    try:
+        levels = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise _fail(f"--sweep-concurrency: whole numbers separated by commas, got {text!r}") from None
+    if not levels or any(level < 1 for level in levels) or len(levels) > 16:
+        raise _fail(f"--sweep-concurrency: 1 to 16 values, each ≥ 1, got {text!r}")
+    return sorted(set(levels))
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
@@ -90,6 +101,10 @@ def simulate_command(
         Path | None, Opt(help="write vLLM's --save-result JSON (diff it against a real run)")
     ] = None,
     server: Annotated[str | None, Opt(help="ask a kvcap server instead of the built-in catalog")] = None,
+    sweep_concurrency: Annotated[
+        str | None,
+        Opt(help="comma-separated --max-concurrency values: draw the load curve, one simulation each"),
+    ] = None,
 ) -> None:
     """Predict what `vllm bench serve` measures for a model on a GPU. Exit 2 for bad input."""
     if (model is None) == (hf_config is None):
@@ -148,17 +163,45 @@ def simulate_command(
         body = SimulationRequestBody.model_validate(fields)
     except ValidationError as exc:
         raise _fail(_validation_message(exc)) from None
-    if server:
-        out = SimulationOut.model_validate(_post(server, body.model_dump(mode="json", exclude_none=True)))
-    else:
+
+    def run(request: SimulationRequestBody) -> SimulationOut:
+        if server:
+            return SimulationOut.model_validate(
+                _post(server, request.model_dump(mode="json", exclude_none=True))
+            )
         from service.catalog.builtin import builtin_snapshot
         from service.errors import ServiceError
         from service.planning.simulations import make_simulation
 
         try:
-            out = make_simulation(builtin_snapshot(), body)
+            return make_simulation(builtin_snapshot(), request)
         except ServiceError as exc:
             raise _fail(exc.message) from None
+
+    if sweep_concurrency is not None:
+        levels = _levels(sweep_concurrency)
+        curve = [
+            (
+                level,
+                run(
+                    body.model_copy(
+                        update={"benchmark": body.benchmark.model_copy(update={"max_concurrency": level})}
+                    )
+                ),
+            )
+            for level in levels
+        ]
+        if as_json:
+            document = [{"max_concurrency": level, "result": out.result.model_dump()} for level, out in curve]
+            sys.stdout.write(json.dumps(document, indent=2) + "\n")
+            return
+        from rich.console import Console
+
+        from service.render import render_load_curve
+
+        render_load_curve(Console(), curve, gpus=tensor_parallel_size * pipeline_parallel_size)
+        return
+    out = run(body)
     from service.planning.simulations import vllm_result_json, vllm_summary
 
     if save_result is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 
 from rich.console import Console
@@ -62,3 +63,50 @@ def test_kvcap_plan_prints_the_capacity_of_each_length_as_the_planner_answers_it
     # An L4 leaves ~4.2 GiB for the KV cache: 131,072 tokens × 128 KiB/token = 16 GiB cannot start.
     assert rows["131,072"] == "won't start"
     assert rows["8,192"] != "won't start"
+
+
+SIMULATE = [
+    "simulate", "-m", "llama-3.1-8b", "-g", "h100-sxm-80gb", "--max-model-len", "8192",
+    "--num-prompts", "40", "--random-input-len", "512", "--random-output-len", "64",
+]  # fmt: skip
+
+
+def test_kvcap_simulate_draws_the_load_curve_from_one_simulation_per_concurrency() -> None:
+    from service.planning.schemas import SimulationRequestBody
+    from service.planning.simulations import make_simulation
+
+    runner = CliRunner()
+    as_json = runner.invoke(cli_app, [*SIMULATE, "--sweep-concurrency", "8,1", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    curve = json.loads(as_json.output)
+    assert [point["max_concurrency"] for point in curve] == [1, 8]
+    for point in curve:
+        body = SimulationRequestBody.model_validate(
+            {
+                "model": "llama-3.1-8b",
+                "gpu": "h100-sxm-80gb",
+                "max_model_len": 8192,
+                "benchmark": {
+                    "num_prompts": 40,
+                    "random_input_len": 512,
+                    "random_output_len": 64,
+                    "request_rate": "inf",
+                    "max_concurrency": point["max_concurrency"],
+                },
+            }
+        )
+        assert point["result"] == make_simulation(builtin_snapshot(), body).result.model_dump()
+    table = runner.invoke(cli_app, [*SIMULATE, "--sweep-concurrency", "1,8"], env={"COLUMNS": "120"})
+    assert table.exit_code == 0, table.output
+    assert "Load curve" in table.output
+    for point in curve:
+        assert f"{point['result']['output_throughput']:,.1f}" in table.output
+        assert f"{point['result']['median_tpot_ms']:,.2f}" in table.output
+    # More concurrency, more tokens per second on one H100 (decode is bandwidth-bound at these batch sizes).
+    assert curve[1]["result"]["output_throughput"] > curve[0]["result"]["output_throughput"]
+
+
+def test_a_bad_concurrency_list_is_exit_2_with_the_flag_named() -> None:
+    result = CliRunner().invoke(cli_app, [*SIMULATE, "--sweep-concurrency", "0,x"])
+    assert result.exit_code == 2
+    assert "--sweep-concurrency" in result.output
