@@ -18,6 +18,7 @@ from service.admission.router import router as admission_router
 from service.api.errors import install_error_handlers
 from service.api.health import router as health_router
 from service.api.limits import BodySizeLimit
+from service.api.text import RefuseControlCharacters
 from service.catalog.builtin import builtin_snapshot
 from service.catalog.router import router as catalog_router
 from service.catalog.snapshot import CatalogHolder
@@ -142,6 +143,7 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     app.state.plan_cache = PlanCache()
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
+    app.add_middleware(RefuseControlCharacters)
     app.include_router(health_router)
     app.include_router(catalog_router)
     app.include_router(planning_router)

@@ -19,6 +19,7 @@ import math
 import operator
 from dataclasses import dataclass, field, fields, replace
 
+from service.core.bounds import check_request_ranges
 from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
 from service.core.engines import EngineProfile, resolve_engine
 from service.core.errors import InvalidSpec
@@ -447,6 +448,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
         value = getattr(request, name)
         if value is not None and value < 1:
             raise InvalidSpec("must be ≥ 1", field=name)
+    check_request_ranges(request)
     kv_name = request.kv_cache_dtype
     if kv_name is not None and kv_name.strip().lower() == "int8" and engine.overheads:
         if not engine.per_token_head_kv:

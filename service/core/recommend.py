@@ -21,6 +21,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from service.core.bounds import check_sweep_size
 from service.core.dtypes import MODEL_DTYPE_BYTES
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
@@ -449,7 +450,13 @@ def sweep(
     """
     model = request.model
     max_len, reason = _context_length(request, workload)
-    sizes = sorted(tensor_parallel_sizes or tp_candidates(model.num_attention_heads))
+    sizes = sorted(set(tensor_parallel_sizes or tp_candidates(model.num_attention_heads)))
+    check_sweep_size(
+        gpus=len({gpu.name for gpu in gpus}),
+        tensor_parallel_sizes=len(sizes),
+        kv_cache_dtypes=len(set(kv_cache_dtypes)),
+        quantizations=len(set(quantizations)),
+    )
     options: list[Option] = []
     seen: set[tuple[str, str | None, str, int]] = set()
     for gpu in gpus:

@@ -16,7 +16,7 @@ import bisect
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -93,6 +93,8 @@ class AdmissionSnapshot:
     """(upper bound, cumulative count), ending with +Inf."""
     sum_s: float
     count: int
+    unevaluated: Mapping[str, int] = field(default_factory=dict)
+    """Parts of reviewed objects that were not evaluated, by reason (``unknown_model``, ``error`` …)."""
 
 
 class AdmissionMetrics:
@@ -109,6 +111,7 @@ class AdmissionMetrics:
         self._bucket_counts = [0] * (len(self._bounds) + 1)  # last = above every bound (+Inf only)
         self._sum_s = 0.0
         self._count = 0
+        self._unevaluated: dict[str, int] = {}
 
     def observe(self, *, verdict: str, kind: str, duration_seconds: float) -> None:
         """Count one answered review (``verdict``: allowed | denied | warned | error …, ``kind``: object kind)."""
@@ -119,6 +122,11 @@ class AdmissionMetrics:
             self._sum_s += duration_seconds
             self._count += 1
 
+    def observe_unevaluated(self, *, reason: str) -> None:
+        """Count one part of a review that kvcap could not evaluate (it was answered with a warning)."""
+        with self._lock:
+            self._unevaluated[reason] = self._unevaluated.get(reason, 0) + 1
+
     def snapshot(self) -> AdmissionSnapshot:
         with self._lock:
             cumulative: list[tuple[float, int]] = []
@@ -126,7 +134,9 @@ class AdmissionMetrics:
             for bound, count in zip((*self._bounds, math.inf), self._bucket_counts, strict=True):
                 running += count
                 cumulative.append((bound, running))
-            return AdmissionSnapshot(dict(self._reviews), tuple(cumulative), self._sum_s, self._count)
+            return AdmissionSnapshot(
+                dict(self._reviews), tuple(cumulative), self._sum_s, self._count, dict(self._unevaluated)
+            )
 
 
 admission_metrics = AdmissionMetrics()
@@ -246,6 +256,8 @@ class KvcapCollector(Collector):
         admission = self._admission.snapshot()
         for (verdict, kind), count in sorted(admission.reviews.items()):
             add("kvcap_admission_reviews_total", [verdict, kind], count)
+        for reason, count in sorted(admission.unevaluated.items()):
+            add("kvcap_admission_unevaluated_total", [reason], count)
         yield from families.values()
         spec = _SPECS["kvcap_admission_review_duration_seconds"]
         histogram = HistogramMetricFamily(spec.name, spec.help, labels=list(spec.labels))

@@ -119,6 +119,12 @@ METRICS: tuple[MetricName, ...] = (
     MetricName(
         "kvcap_admission_review_duration_seconds", "histogram", "Time to answer one admission review", ()
     ),
+    MetricName(
+        "kvcap_admission_unevaluated_total",
+        "counter",
+        "Parts of admitted objects kvcap could not evaluate (each also a warning on the review), by reason",
+        ("reason",),
+    ),
 )
 
 METRIC_NAMES: frozenset[str] = frozenset(m.name for m in METRICS)
