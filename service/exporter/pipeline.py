@@ -155,14 +155,24 @@ async def record_calibrations(
 
 
 async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinator, interval_s: float) -> None:
-    """The loop described in the module docstring; a failed tick is logged and retried on the next one."""
+    """The loop described in the module docstring; a failed tick is logged and retried on the next one.
+
+    While the database is down nothing here empties the exported set: the registry is the last one read
+    (``DeploymentsHolder`` keeps it when a reload fails), and when the coordinator cannot reach the database
+    the deployments owned on the last good tick stay owned (``Coordinator.reachable``), so their predicted
+    and observed series keep being exported instead of all disappearing at once.
+    """
     predictions: Predictions = app.state.predictions
+    last_owned: set[str] = set()
     while True:
         started = time.monotonic()
         try:
             deployments = app.state.deployments.deployments
             by_name = {f"{d.namespace}/{d.name}": d for d in deployments}
             owned_names = await coordinator.owned(list(by_name))
+            if not coordinator.reachable:
+                owned_names = last_owned & set(by_name)
+            last_owned = set(owned_names)
             owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
             predictions.update(app.state.catalog, owned, app.state.calibrations)
             await live.refresh(live_targets(owned))
