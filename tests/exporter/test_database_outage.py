@@ -53,19 +53,20 @@ class SwitchableCoordinator(Coordinator):
 
     def __init__(self) -> None:
         self.up = True
-        self.calls = 0
+        self.asked = asyncio.Event()
 
     async def owned(self, keys: Sequence[str]) -> set[str]:
-        self.calls += 1
+        self.asked.set()
         self.reachable = self.up
         return set(keys) if self.up else set()
 
 
 async def ticks(coordinator: SwitchableCoordinator, count: int) -> None:
-    target = coordinator.calls + count
+    """Wait until the loop has asked the coordinator ``count`` more times (and finished the tick before)."""
     async with asyncio.timeout(30):
-        while coordinator.calls < target:
-            await asyncio.sleep(0.01)
+        for _ in range(count + 1):
+            coordinator.asked.clear()
+            await coordinator.asked.wait()
 
 
 def predicted_deployments(app: SimpleNamespace) -> set[str]:
