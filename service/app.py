@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from service.admission.router import router as admission_router
 from service.api.errors import install_error_handlers
 from service.api.health import router as health_router
+from service.api.docs import install_offline_docs
 from service.api.limits import BodySizeLimit
 from service.api.text import RefuseControlCharacters
 from service.catalog.builtin import builtin_snapshot
@@ -137,6 +138,8 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
         version="0.1.0",
         summary="Capacity planner for LLM serving with vLLM",
         lifespan=lifespan if with_lifespan else None,
+        docs_url=None,  # served from local assets by install_offline_docs, not from a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.admission_observer = admission_metrics
@@ -144,6 +147,7 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
     app.add_middleware(RefuseControlCharacters)
+    install_offline_docs(app)
     app.include_router(health_router)
     app.include_router(catalog_router)
     app.include_router(planning_router)
