@@ -15,9 +15,9 @@ from fastapi import FastAPI
 from sqlalchemy.engine import make_url
 
 from service.admission.router import router as admission_router
+from service.api.docs import install_offline_docs
 from service.api.errors import install_error_handlers
 from service.api.health import router as health_router
-from service.api.docs import install_offline_docs
 from service.api.limits import BodySizeLimit
 from service.api.text import RefuseControlCharacters
 from service.catalog.builtin import builtin_snapshot
