@@ -8,8 +8,9 @@ deadline (generous: the machine is shared; a plan takes milliseconds once the in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -73,6 +74,17 @@ json_values = st.recursive(
 )
 configs = st.dictionaries(st.sampled_from(KEYS), json_values, max_size=6).map(lambda patch: BASE | patch)
 
+T = TypeVar("T")
+
+
+def outcome(call: Callable[[], T]) -> tuple[T | None, InvalidSpec | None]:
+    """The result, or the ``InvalidSpec`` raised; any other exception propagates and fails the test."""
+    try:
+        return call(), None
+    except InvalidSpec as exc:
+        return None, exc
+
+
 DEADLINE = timedelta(seconds=2)
 FUZZ = settings(
     max_examples=300, deadline=DEADLINE, suppress_health_check=[HealthCheck.too_slow], derandomize=True
@@ -90,10 +102,9 @@ FUZZ = settings(
 @example(config=BASE | {"rope_scaling": {"rope_type": "linear", "factor": float("inf")}})
 @example(config=BASE | {"quantization_config": {"quant_method": "compressed-tensors", "config_groups": [1]}})
 def test_parse_hf_config_answers_or_names_the_key_for_any_json(config: dict[str, Any]) -> None:
-    try:
-        spec = parse_hf_config(config)
-    except InvalidSpec as exc:
-        assert exc.field, exc
+    spec, error = outcome(lambda: parse_hf_config(config))
+    if error is not None:
+        assert error.field, error
         return
     assert isinstance(spec, ModelSpec)
     assert 1 <= spec.num_hidden_layers <= 1_000
@@ -102,15 +113,13 @@ def test_parse_hf_config_answers_or_names_the_key_for_any_json(config: dict[str,
 @FUZZ
 @given(config=configs)
 def test_a_model_parsed_from_any_config_plans_or_names_the_field(config: dict[str, Any]) -> None:
-    try:
-        spec = parse_hf_config(config)
-    except InvalidSpec:
+    spec, _ = outcome(lambda: parse_hf_config(config))
+    if spec is None:
         return
     gpu = GpuSpec(name="h100", memory_bytes=80 * 2**30)
-    try:
-        plan(PlanRequest(model=spec, gpu=gpu, max_model_len=min(spec.max_model_len or 4096, 1 << 20)))
-    except InvalidSpec as exc:
-        assert exc.field, exc
+    length = min(spec.max_model_len or 4096, 1 << 20)
+    _, error = outcome(lambda: plan(PlanRequest(model=spec, gpu=gpu, max_model_len=length)))
+    assert error is None or error.field, error
 
 
 SPEC = builtin_snapshot().models["llama-3.1-8b"].spec
@@ -161,12 +170,11 @@ def test_plan_with_extreme_settings_answers_or_names_the_field(
         prompt_tokens=prompt_tokens,
         output_tokens=prompt_tokens,
     )
-    try:
-        result = plan(request)
-    except InvalidSpec as exc:
-        assert exc.field, exc
+    result, error = outcome(lambda: plan(request))
+    if error is not None:
+        assert error.field, error
         return
-    assert result.kv_cache.num_gpu_blocks >= 0
+    assert result is not None and result.kv_cache.num_gpu_blocks >= 0
 
 
 @settings(max_examples=40, deadline=DEADLINE * 2, derandomize=True)
@@ -179,8 +187,8 @@ def test_a_sweep_plans_a_bounded_number_of_options(
     tps: list[int], kv: list[str], quant: list[str | None]
 ) -> None:
     gpus = [g.spec for g in builtin_snapshot().gpus.values()]
-    try:
-        options = sweep(
+    options, error = outcome(
+        lambda: sweep(
             PlanRequest(model=SPEC),
             Workload(concurrent_users=64),
             gpus,
@@ -188,7 +196,8 @@ def test_a_sweep_plans_a_bounded_number_of_options(
             kv_cache_dtypes=kv,
             quantizations=quant,
         )
-    except InvalidSpec as exc:
-        assert exc.field in ("gpus", "tensor_parallel_sizes", "kv_cache_dtypes", "quantizations")
+    )
+    if error is not None:
+        assert error.field in ("gpus", "tensor_parallel_sizes", "kv_cache_dtypes", "quantizations")
         return
-    assert len(options) <= 1_536
+    assert options is not None and len(options) <= 1_536
