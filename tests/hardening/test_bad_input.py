@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from service.catalog.builtin import builtin_snapshot
 from service.catalog.snapshot import CatalogHolder
 from service.core import bounds
 from service.exporter.collector import AdmissionMetrics
+from service.planning import router
 from service.settings import Settings
 
 REVIEWS = Path(__file__).parents[1] / "admission" / "data"
@@ -384,3 +386,32 @@ async def test_unknown_releases_and_image_tags_warn(webhook_app: FastAPI, image:
     body["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["image"] = image
     response = (await review(webhook_app, body)).json()["response"]
     assert any(warning in w for w in response.get("warnings", [])), response
+
+
+# A cap on the work of one request ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("path", "function", "body"),
+    [
+        ("/v1/plans", "make_plan", {"model": "llama-3.1-8b", "gpu": "l4", "max_model_len": 4097}),
+        (
+            "/v1/plans/recommend",
+            "make_recommendation",
+            {"model": "llama-3.1-8b", "gpu": "l4", "workload": {"concurrent_users": 8}},
+        ),
+        ("/v1/plans/sweep", "make_sweep", {"model": "llama-3.1-8b", "workload": {"concurrent_users": 8}}),
+    ],
+)
+async def test_plans_are_computed_in_a_worker_thread_not_on_the_event_loop(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, path: str, function: str, body: Any
+) -> None:
+    real = getattr(router, function)
+    threads: list[int] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(router, function, spy)
+    response = await client.post(path, json=body)
+    assert response.status_code == 200, response.text
+    assert threads and threads[0] != threading.get_ident()
