@@ -415,3 +415,30 @@ async def test_plans_are_computed_in_a_worker_thread_not_on_the_event_loop(
     response = await client.post(path, json=body)
     assert response.status_code == 200, response.text
     assert threads and threads[0] != threading.get_ident()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--max-model-len", "1e309"),
+        ("--max-model-len", "9" * 400 + "k"),  # float() of 400 digits is inf: OverflowError before
+        ("--max-model-len", "100000000"),
+        ("--tensor-parallel-size", "100000"),
+        ("--gpu-memory-utilization", "nan"),
+        ("--gpu-memory-utilization", "inf"),
+        ("--max-num-seqs", "-1"),
+        ("--data-parallel-size", "100000"),
+    ],
+)
+async def test_vllm_flags_outside_their_range_are_denied_naming_the_flag(
+    webhook_app: FastAPI, flag: str, value: str
+) -> None:
+    body = promising("8")
+    container = body["request"]["object"]["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = ["meta-llama/Llama-3.1-8B-Instruct", flag, value]
+    response = await review(webhook_app, body)
+    assert response.status_code == 200
+    verdict = response.json()["response"]
+    assert verdict["allowed"] is False
+    assert flag in verdict["status"]["message"], verdict["status"]["message"]
+    assert verdict["status"]["code"] == 403
