@@ -16,10 +16,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.admission.manifests import router as checks_router
 from service.admission.router import router as admission_router
+from service.api.docs import install_offline_docs
 from service.api.errors import install_error_handlers
 from service.api.health import router as health_router
 from service.api.limits import BodySizeLimit
 from service.api.request_id import RequestId
+from service.api.text import RefuseControlCharacters
 from service.catalog.builtin import builtin_snapshot
 from service.catalog.router import router as catalog_router
 from service.catalog.snapshot import CatalogHolder
@@ -168,6 +170,8 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
         version=kvcap_version(),
         summary="Capacity planner for LLM serving with vLLM",
         lifespan=lifespan if with_lifespan else None,
+        docs_url=None,  # served from local assets by install_offline_docs, not from a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.admission_observer = admission_metrics
@@ -175,8 +179,10 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     app.state.plan_cache = PlanCache()
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
+    app.add_middleware(RefuseControlCharacters)
     app.add_middleware(RequestMetrics, metrics=service_metrics)  # outside the body limit: 413s are timed too
     app.add_middleware(RequestId)  # outermost of kvcap's middleware: every log line of the request has the id
+    install_offline_docs(app)
     app.include_router(health_router)
     app.include_router(catalog_router)
     app.include_router(planning_router)

@@ -31,6 +31,7 @@ What is read, and where it comes from:
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 import shlex
@@ -39,12 +40,17 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from service.core.bounds import MAX_CONTEXT_TOKENS, MAX_PARALLEL_SIZE
+
 ANNOTATION_MODEL = "kvcap.io/model"
 ANNOTATION_GPU = "kvcap.io/gpu"
 ANNOTATION_ENGINE = "kvcap.io/engine"
 ANNOTATION_MIN_CONCURRENCY = "kvcap.io/min-concurrency"
 ANNOTATION_CONTEXT_TOKENS = "kvcap.io/context-tokens"
 ANNOTATION_SKIP = "kvcap.io/skip"
+
+# The largest promise kvcap checks: ``concurrent_users`` on ``/v1/plans/recommend`` has the same ceiling.
+MAX_MIN_CONCURRENCY = 10_000_000
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 # Node labels that name the GPU model: the NVIDIA GPU operator's GPU feature discovery, AMD's device-plugin
@@ -150,7 +156,10 @@ def parse_human_int(text: str) -> int:
     if match:
         number, suffix = match.groups()
         if suffix.islower():
-            return int(float(number) * 10 ** (3 * ("kmgt".index(suffix) + 1)))
+            scaled = float(number) * 10 ** (3 * ("kmgt".index(suffix) + 1))
+            if not math.isfinite(scaled):  # "9999…9k" with hundreds of digits: inf, not a number of tokens
+                raise ValueError(f"{text!r} is too large")
+            return int(scaled)
         if "." in number:
             raise ValueError(f"binary suffix {suffix} needs a whole number, got {text!r}")
         return int(number) * (1 << (10 * ("KMGT".index(suffix) + 1)))
@@ -582,6 +591,11 @@ def _serving_from_container(
     if flags.values.pop("config", None) is not None:
         notes.append("flags in a --config file are not visible to kvcap; only the command line was checked")
     data_parallel = flags.values.pop("data_parallel_size", 1)
+    if isinstance(data_parallel, int) and not 1 <= data_parallel <= MAX_PARALLEL_SIZE:
+        flags.problems.append(
+            f"--data-parallel-size {data_parallel} is outside 1–{MAX_PARALLEL_SIZE:,}: not a GPU count kvcap checks"
+        )
+        data_parallel = 1
     allow_long = env.values.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in _TRUE
     mig = _mig_resources(container)
     if mig:
@@ -675,6 +689,13 @@ def _annotations(obj: Mapping[str, Any], *templates: Mapping[str, Any]) -> dict[
 
 
 def _promises(annotations: Mapping[str, str]) -> tuple[float | None, int | None, list[str]]:
+    """``kvcap.io/min-concurrency`` and ``kvcap.io/context-tokens``, each finite and in range, or a problem.
+
+    ``float()`` reads ``"inf"``, ``"Infinity"``, ``"nan"`` and ``"1e309"`` (infinity) without complaint; none of
+    them is a promise kvcap can check, so they are malformed annotations (a denial in enforce mode), never
+    silently admitted. The ceilings match ``/v1/plans/recommend``'s ``concurrent_users`` and the longest context
+    kvcap accepts (``service.core.bounds``).
+    """
     problems: list[str] = []
     min_concurrency: float | None = None
     context: int | None = None
@@ -682,10 +703,18 @@ def _promises(annotations: Mapping[str, str]) -> tuple[float | None, int | None,
     if raw is not None:
         try:
             min_concurrency = float(raw.replace(",", "").replace("_", ""))
-            if not min_concurrency > 0 or min_concurrency != min_concurrency:
+            if not min_concurrency > 0:  # NaN compares false too
                 raise ValueError
         except ValueError:
-            problems.append(f"{ANNOTATION_MIN_CONCURRENCY}: {raw!r} is not a positive number of requests")
+            problems.append(
+                f"{ANNOTATION_MIN_CONCURRENCY}: {raw[:40]!r} is not a positive number of requests"
+            )
+            min_concurrency = None
+        if min_concurrency is not None and not min_concurrency <= MAX_MIN_CONCURRENCY:  # inf, 1e309, 1e30
+            problems.append(
+                f"{ANNOTATION_MIN_CONCURRENCY}: {raw[:40]!r} is not a finite number of requests up to "
+                f"{MAX_MIN_CONCURRENCY:,}"
+            )
             min_concurrency = None
     raw = annotations.get(ANNOTATION_CONTEXT_TOKENS)
     if raw is not None:
@@ -694,7 +723,12 @@ def _promises(annotations: Mapping[str, str]) -> tuple[float | None, int | None,
             if context < 1:
                 raise ValueError
         except ValueError:
-            problems.append(f"{ANNOTATION_CONTEXT_TOKENS}: {raw!r} is not a positive number of tokens")
+            problems.append(f"{ANNOTATION_CONTEXT_TOKENS}: {raw[:40]!r} is not a positive number of tokens")
+            context = None
+        if context is not None and context > MAX_CONTEXT_TOKENS:
+            problems.append(
+                f"{ANNOTATION_CONTEXT_TOKENS}: {raw[:40]!r} is above the {MAX_CONTEXT_TOKENS:,} tokens kvcap checks"
+            )
             context = None
     return min_concurrency, context, problems
 

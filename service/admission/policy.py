@@ -45,7 +45,7 @@ from service.admission.extract import (
 )
 from service.catalog.resolve import ModelMatch, implied_quantization, resolve_gpu, resolve_model
 from service.catalog.snapshot import CatalogGpu, CatalogModel, CatalogSnapshot
-from service.core.engines import DEFAULT_ENGINE, OLDEST_VERSION, parse_engine
+from service.core.engines import DEFAULT_ENGINE, NEWEST_VERSION, OLDEST_VERSION, parse_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest, plan
 from service.core.units import GIB
@@ -117,6 +117,9 @@ class Verdict:
     plans: tuple[PlanSummary, ...] = ()
     skipped: str | None = None
     audit: bool = False
+    # Why parts of the object were not evaluated (``unknown_model``, ``unresolved_flags`` …): each is also a
+    # "kvcap cannot check" warning, and the webhook counts them (``kvcap_admission_unevaluated_total``).
+    unevaluated: tuple[str, ...] = ()
 
     @property
     def outcome(self) -> Outcome:
@@ -144,6 +147,7 @@ def evaluate(
     reasons: list[str] = list(workload.problems)
     warnings: list[str] = list(workload.notes)
     plans: list[PlanSummary] = []
+    unevaluated: list[str] = []
     many = len(workload.servings) > 1
     for serving in workload.servings:
         check = _ServingCheck(serving, workload, snapshot, config)
@@ -151,6 +155,7 @@ def evaluate(
         prefix = f"container {serving.container}: " if many else ""
         reasons.extend(prefix + r for r in check.reasons)
         warnings.extend(prefix + w for w in check.warnings)
+        unevaluated.extend(check.unevaluated)
         if check.summary is not None:
             plans.append(check.summary)
     if config.mode == "audit" and reasons:
@@ -160,8 +165,15 @@ def evaluate(
             warnings=tuple(f"would deny: {r}" for r in reasons) + tuple(warnings),
             plans=tuple(plans),
             audit=True,
+            unevaluated=tuple(unevaluated),
         )
-    return Verdict(allowed=not reasons, reasons=tuple(reasons), warnings=tuple(warnings), plans=tuple(plans))
+    return Verdict(
+        allowed=not reasons,
+        reasons=tuple(reasons),
+        warnings=tuple(warnings),
+        plans=tuple(plans),
+        unevaluated=tuple(unevaluated),
+    )
 
 
 class _Resolutions:
@@ -234,7 +246,13 @@ class _ServingCheck:
         self.config = config
         self.reasons: list[str] = []
         self.warnings: list[str] = []
+        self.unevaluated: list[str] = []
         self.summary: PlanSummary | None = None
+
+    def cannot_check(self, reason: str, warning: str) -> None:
+        """A part kvcap could not evaluate: always a visible warning, and a counted reason."""
+        self.unevaluated.append(reason)
+        self.warnings.append(warning)
 
     # -- steps ---------------------------------------------------------------------------------------------
 
@@ -245,9 +263,10 @@ class _ServingCheck:
             self.reasons.extend(serving.problems)
             return
         if serving.unresolved:
-            self.warnings.append(
+            self.cannot_check(
+                "unresolved_flags",
                 f"kvcap cannot check {serving.container}: {', '.join(serving.unresolved)} comes from a value kvcap "
-                "cannot see (valueFrom, envFrom or a script); write the value in the manifest"
+                "cannot see (valueFrom, envFrom or a script); write the value in the manifest",
             )
             return
         engine = self._engine()
@@ -256,8 +275,9 @@ class _ServingCheck:
         if device == "auto":
             device = "rocm" if serving.gpu_resource == "amd.com/gpu" else "cuda"
         if device not in ("cuda", "rocm", "cpu"):
-            self.warnings.append(
-                f"kvcap cannot check {serving.container}: it models GPUs and CPUs, not --device {device}"
+            self.cannot_check(
+                "unsupported_device",
+                f"kvcap cannot check {serving.container}: it models GPUs and CPUs, not --device {device}",
             )
             return
         flags["device"] = device
@@ -288,7 +308,7 @@ class _ServingCheck:
             )
             result = cached_plan(request)
         except InvalidSpec as exc:
-            self.warnings.append(f"kvcap cannot check {serving.container}: {exc}")
+            self.cannot_check("invalid_spec", f"kvcap cannot check {serving.container}: {exc}")
             return
         self._plan_verdict(result, model[0].name, gpu)
         concurrency = self._promise(request, result)
@@ -316,9 +336,15 @@ class _ServingCheck:
         """``kvcap.io/engine``, else the image tag's release, else the newest release kvcap knows."""
         chosen = self.workload.engine_annotation or self.serving.engine
         if chosen is None:
+            if self.serving.image:
+                # ``latest``, ``nightly``, a digest: the release is unknown, so the rules may be the wrong ones.
+                self.warnings.append(
+                    f"image {self.serving.image!r} names no vLLM release; checked with {DEFAULT_ENGINE}'s rules "
+                    f"(pin a release tag or set {ANNOTATION_ENGINE})"
+                )
             return DEFAULT_ENGINE
         try:
-            return parse_engine(chosen)[0]
+            name, version = parse_engine(chosen)
         except InvalidSpec as exc:
             if self.workload.engine_annotation:
                 self.reasons.append(f"{ANNOTATION_ENGINE}: {exc.message}")
@@ -326,15 +352,21 @@ class _ServingCheck:
             oldest = f"vllm-{OLDEST_VERSION[0]}.{OLDEST_VERSION[1]}"
             self.warnings.append(f"{chosen} is older than kvcap models; checked with {oldest}'s rules")
             return oldest
+        if version is not None and version > NEWEST_VERSION:
+            self.warnings.append(
+                f"{name} is newer than the releases kvcap models; checked with {DEFAULT_ENGINE}'s rules"
+            )
+        return name
 
     def _gpu_count(self, tp: int, pp: int) -> bool:
         """TP × PP × DP against the GPUs a replica requests; False when nothing further can be checked."""
         serving = self.serving
         needed = tp * pp * serving.data_parallel_size
         if serving.gpus is None:
-            self.warnings.append(
+            self.cannot_check(
+                "no_gpu_request",
                 f"kvcap cannot check {serving.container}: it requests no nvidia.com/gpu or amd.com/gpu "
-                "(set resources.limits so kvcap and the scheduler know how many GPUs it gets)"
+                "(set resources.limits so kvcap and the scheduler know how many GPUs it gets)",
             )
             return False
         parts = f"tensor-parallel-size {tp} × pipeline-parallel-size {pp}"
@@ -368,15 +400,17 @@ class _ServingCheck:
                 return match.model, match.quantization
             self.warnings.append(f"{ANNOTATION_MODEL} {annotation!r} is not a catalog model, name or HF id")
         if not serving.model:
-            self.warnings.append(
-                f"kvcap cannot check {serving.container}: no model in its command line; set {ANNOTATION_MODEL}"
+            self.cannot_check(
+                "no_model",
+                f"kvcap cannot check {serving.container}: no model in its command line; set {ANNOTATION_MODEL}",
             )
             return None
         match = _resolved.model(self.snapshot, serving.model)
         if match is None:
-            self.warnings.append(
+            self.cannot_check(
+                "unknown_model",
                 f"kvcap cannot check {serving.container}: model {serving.model!r} is not in kvcap's catalog "
-                f"(set {ANNOTATION_MODEL} to a catalog name or HF id, or import its config.json)"
+                f"(set {ANNOTATION_MODEL} to a catalog name or HF id, or import its config.json)",
             )
             return None
         return match.model, match.quantization
@@ -404,22 +438,25 @@ class _ServingCheck:
                         )
                 return gpu
             if not annotation:
-                self.warnings.append(
+                self.cannot_check(
+                    "unknown_gpu",
                     f"kvcap cannot check GPU memory for {serving.container}: GPU type {', '.join(products)} is not "
-                    f"in kvcap's catalog (set {ANNOTATION_GPU} to a catalog GPU)"
+                    f"in kvcap's catalog (set {ANNOTATION_GPU} to a catalog GPU)",
                 )
                 return None
         if annotation:
             named = _resolved.gpu(self.snapshot, annotation)
             if named is None:
-                self.warnings.append(
+                self.cannot_check(
+                    "unknown_gpu",
                     f"kvcap cannot check GPU memory for {serving.container}: {ANNOTATION_GPU} {annotation!r} is not "
-                    "a catalog GPU or product label"
+                    "a catalog GPU or product label",
                 )
             return named
-        self.warnings.append(
+        self.cannot_check(
+            "unknown_gpu",
             f"kvcap cannot check GPU memory for {serving.container}: GPU type unknown (no nvidia.com/gpu.product "
-            f"node selector or required affinity, no {ANNOTATION_GPU} annotation); checked GPU counts only"
+            f"node selector or required affinity, no {ANNOTATION_GPU} annotation); checked GPU counts only",
         )
         return None
 

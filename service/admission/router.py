@@ -5,7 +5,11 @@ Kubernetes contract (https://kubernetes.io/docs/reference/access-authn-authz/ext
 * A well-formed ``admission.k8s.io/v1`` review always gets HTTP 200 with an AdmissionReview that echoes the
   request's ``uid``; a denial is ``allowed: false`` + ``status {code: 403, message}``; soft problems are
   ``warnings``. A body that is not JSON or not a v1 AdmissionReview is a 400 (the API server then applies the
-  webhook's own ``failurePolicy``), never mistaken for a verdict on the object.
+  webhook's own ``failurePolicy``), never mistaken for a verdict on the object; when its ``request.uid`` is
+  readable the 400 body still echoes it in an AdmissionReview ``response``.
+* Nothing is admitted silently unchecked: every part kvcap could not evaluate (unknown model or GPU, flags it
+  cannot see, an evaluation error under ``fail-open``) is a warning on the review and a sample of
+  ``kvcap_admission_unevaluated_total{reason}``.
 * The hot path never touches the database: the catalog is the in-memory snapshot on ``app.state.catalog``
   (refreshed in the background by the app), and the policy is pure.
 * ``dryRun`` reviews get the same verdict. The webhook has no side effects besides a log line and a metric
@@ -26,19 +30,21 @@ Verdict labels: ``allowed``, ``denied``, ``would_deny`` (audit mode), ``skipped`
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from service.admission.extract import extract
 from service.admission.policy import PolicyConfig, Verdict, evaluate
-from service.admission.reviews import AdmissionRequest, AdmissionReview, AdmissionReviewResponse
+from service.admission.reviews import API_VERSION, AdmissionRequest, AdmissionReview, AdmissionReviewResponse
+from service.api.errors import error_body
 from service.catalog.snapshot import CatalogHolder, CatalogSnapshot
-from service.errors import BadRequest
 from service.settings import Settings
 
 logger = logging.getLogger("kvcap.admission")
@@ -54,6 +60,9 @@ class AdmissionObserver(Protocol):
     ``app.state.admission_observer``. Defined here so that admission does not import the exporter."""
 
     def observe(self, *, verdict: str, kind: str, duration_seconds: float) -> None: ...
+
+    def observe_unevaluated(self, *, reason: str) -> None:
+        """One part of an object kvcap could not evaluate (``kvcap_admission_unevaluated_total{reason}``)."""
 
 
 def review_policy(request: AdmissionRequest, snapshot: CatalogSnapshot, config: PolicyConfig) -> Verdict:
@@ -101,6 +110,51 @@ def _observe(request: Request, *, verdict: str, kind: str, started: float) -> No
         logger.exception("admission observer failed")
 
 
+def _observe_unevaluated(request: Request, reasons: Sequence[str]) -> None:
+    observer = getattr(request.app.state, "admission_observer", None)
+    count = getattr(observer, "observe_unevaluated", None)
+    if count is None:
+        return
+    try:
+        for reason in reasons:
+            count(reason=reason)
+    except Exception:  # metrics must never change a verdict
+        logger.exception("admission observer failed")
+
+
+def readable_uid(body: bytes) -> str | None:
+    """``request.uid`` of a review that failed validation, when the body is JSON and the uid a string."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    request = data.get("request") if isinstance(data, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return uid if isinstance(uid, str) and 0 < len(uid) <= 256 else None
+
+
+def malformed_response(message: str, uid: str | None) -> Response:
+    """400 for a body that is not an AdmissionReview, in kvcap's error shape.
+
+    A 400 (not a 200 verdict) makes the API server apply the webhook's own ``failurePolicy``: kvcap never
+    guesses a verdict on an object it could not read. When the ``uid`` is readable the body also carries an
+    AdmissionReview response with it (``allowed: false``, ``status.code`` 400), so the failed call can be
+    matched to the API server's request in logs and audit events.
+    """
+    body: dict[str, Any] = error_body("BadRequest", message)
+    if uid is not None:
+        body |= {
+            "apiVersion": API_VERSION,
+            "kind": "AdmissionReview",
+            "response": {
+                "uid": uid,
+                "allowed": False,
+                "status": {"code": 400, "message": message, "reason": "BadRequest"},
+            },
+        }
+    return JSONResponse(body, status_code=400)
+
+
 def _inline(schema: Any, defs: dict[str, Any]) -> Any:
     """``schema`` with its ``$ref``s to ``$defs`` replaced by their targets (the models are not recursive)."""
     if isinstance(schema, dict):
@@ -137,8 +191,9 @@ async def validate(request: Request, policy: PolicyDep) -> Response:
         review = AdmissionReview.model_validate_json(body)
     except ValidationError as exc:
         _observe(request, verdict="malformed", kind="", started=started)
-        logger.info("admission review rejected as malformed: %s", _first_error(exc))
-        raise BadRequest(f"not an admission.k8s.io/v1 AdmissionReview: {_first_error(exc)}") from None
+        uid = readable_uid(body)
+        logger.info("admission review %s rejected as malformed: %s", uid or "(no uid)", _first_error(exc))
+        return malformed_response(f"not an admission.k8s.io/v1 AdmissionReview: {_first_error(exc)}", uid)
     req = review.request
     settings: Settings = request.app.state.settings
     holder: CatalogHolder = request.app.state.catalog
@@ -156,6 +211,7 @@ async def validate(request: Request, policy: PolicyDep) -> Response:
             extra={"uid": req.uid, "namespace": req.namespace},
         )
         _observe(request, verdict="error", kind=req.kind.kind, started=started)
+        _observe_unevaluated(request, ("error",))
         audit = {"verdict": "error", "reason": problem}
         if fail_open:
             answer = review.allow(warnings=[f"{problem}; allowed unchecked (fail-open)"], audit=audit)
@@ -174,6 +230,7 @@ async def validate(request: Request, policy: PolicyDep) -> Response:
         return Response(answer.to_json(), media_type="application/json")
     _log(req, verdict)
     _observe(request, verdict=verdict.outcome, kind=req.kind.kind, started=started)
+    _observe_unevaluated(request, verdict.unevaluated)
     return Response(respond(review, verdict).to_json(), media_type="application/json")
 
 

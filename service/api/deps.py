@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.session import unit_of_work
+from service.db.session import begin_write, unit_of_work
 from service.errors import Forbidden, ServiceUnavailable, Unauthorized
 from service.settings import Settings, hash_token
 
@@ -29,6 +29,8 @@ async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
     if maker is None:
         raise ServiceUnavailable("the database is not configured")
     async with maker() as session:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            await begin_write(session)
         async for unit in unit_of_work(session):
             yield unit
 

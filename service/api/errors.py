@@ -143,7 +143,18 @@ def install_error_handlers(app: FastAPI) -> None:
         return _json(422, error_body(type(exc).__name__, str(exc), errors))
 
     @app.exception_handler(StaleDataError)
-    async def _stale(_request: Request, _exc: StaleDataError) -> JSONResponse:
+    async def _stale(request: Request, _exc: StaleDataError) -> JSONResponse:
+        # Writers lock the row they change (``for_update``), so this is a race the locks did not cover. 412
+        # answers a precondition, and only a request that set one (If-Match) may be told it failed; without
+        # one the write was simply not applied, a 409 to retry.
+        if request.headers.get("if-match") is None:
+            return _json(
+                409,
+                error_body(
+                    "Conflict",
+                    "the resource was changed by another request at the same time; retry the request",
+                ),
+            )
         return _json(
             412,
             error_body(
@@ -178,7 +189,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        names = {404: "NotFound", 405: "MethodNotAllowed", 406: "NotAcceptable", 413: "PayloadTooLarge"}
+        names = {
+            404: "NotFound",
+            405: "MethodNotAllowed",
+            406: "NotAcceptable",
+            413: "PayloadTooLarge",
+            415: "UnsupportedMediaType",
+        }
         headers = getattr(exc, "headers", None)
         if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
             # FastAPI's 400 for a JSON body that is not UTF-8; malformed JSON is a 422 everywhere else.

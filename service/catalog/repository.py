@@ -23,8 +23,15 @@ class Repository(Generic[M]):
     def _base(self) -> Select[Any]:
         return select(self.model)
 
-    async def get_by_name(self, name: str) -> M | None:
+    async def get_by_name(self, name: str, *, for_update: bool = False) -> M | None:
+        """``for_update``: ``SELECT … FOR UPDATE`` on PostgreSQL, so of two concurrent writers the second waits
+        and then reads the first one's committed version: its ``If-Match`` is checked against what it will
+        overwrite (412 when stale), and a write without ``If-Match`` applies on top of it instead of failing.
+        SQLite has no row locks; write transactions there start with ``BEGIN IMMEDIATE`` instead
+        (``service.db.session``), which serialises them the same way."""
         statement = self._base().where(self.model.name == name)  # type: ignore[attr-defined]
+        if for_update:
+            statement = statement.with_for_update().execution_options(populate_existing=True)
         result = await self.session.execute(statement)
         return cast(M | None, result.scalar_one_or_none())
 
@@ -63,9 +70,13 @@ class GpuRepository(Repository[GpuEntry]):
         if vendor:
             statement = statement.where(GpuEntry.vendor == vendor.lower())
         if q:
-            pattern = f"%{q.lower()}%"
+            # ``autoescape``: ``%``, ``_`` and the escape character in ``q`` are literal (``LIKE … ESCAPE '/'``).
+            needle = q.lower()
             statement = statement.where(
-                or_(func.lower(GpuEntry.name).like(pattern), func.lower(GpuEntry.display_name).like(pattern))
+                or_(
+                    func.lower(GpuEntry.name).contains(needle, autoescape=True),
+                    func.lower(GpuEntry.display_name).contains(needle, autoescape=True),
+                )
             )
         return statement
 
@@ -78,8 +89,12 @@ class ModelRepository(Repository[ModelEntry]):
         if family:
             statement = statement.where(ModelEntry.family == family.lower())
         if q:
-            pattern = f"%{q.lower()}%"
+            # ``autoescape``: ``%``, ``_`` and the escape character in ``q`` are literal (``LIKE … ESCAPE '/'``).
+            needle = q.lower()
             statement = statement.where(
-                or_(func.lower(ModelEntry.name).like(pattern), func.lower(ModelEntry.hf_id).like(pattern))
+                or_(
+                    func.lower(ModelEntry.name).contains(needle, autoescape=True),
+                    func.lower(ModelEntry.hf_id).contains(needle, autoescape=True),
+                )
             )
         return statement

@@ -7,9 +7,12 @@ inside the database column types (64-bit byte counts, 32-bit layer counts) so ba
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
+
+from service.api.text import SafeText
+from service.core import bounds
 
 SLUG_PATTERN = r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$"
 Slug = Annotated[
@@ -22,6 +25,23 @@ ShortText = Annotated[str, StringConstraints(min_length=1, max_length=200, strip
 BigCount = Annotated[int, Field(gt=0, le=2**62)]
 Count = Annotated[int, Field(gt=0, le=2**31 - 1)]
 SmallCount = Annotated[int, Field(gt=0, le=1_000_000)]
+
+
+# Architecture numbers in the core's plausible ranges (``service.core.bounds`` cites the largest published
+# models); a value outside is a 422 naming the field, before any plan is computed.
+Layers = Annotated[int, Field(ge=1, le=bounds.MAX_LAYERS)]
+LayerIndex = Annotated[int, Field(ge=0, le=bounds.MAX_LAYERS)]
+Hidden = Annotated[int, Field(ge=1, le=bounds.MAX_HIDDEN_SIZE)]
+Heads = Annotated[int, Field(ge=1, le=bounds.MAX_HEADS)]
+HeadDim = Annotated[int, Field(ge=1, le=bounds.MAX_HEAD_DIM)]
+Vocab = Annotated[int, Field(ge=1, le=bounds.MAX_VOCAB)]
+Intermediate = Annotated[int, Field(ge=1, le=bounds.MAX_INTERMEDIATE_SIZE)]
+Tokens = Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)]
+Experts = Annotated[int, Field(ge=1, le=bounds.MAX_EXPERTS)]
+LoraRank = Annotated[int, Field(ge=1, le=bounds.MAX_LORA_RANK)]
+Parameters = Annotated[int, Field(ge=1, le=bounds.MAX_PARAMETERS)]
+StateDim = Annotated[int, Field(ge=0, le=bounds.MAX_STATE_DIM)]
+StateHeadDim = Annotated[int, Field(ge=0, le=bounds.MAX_HEAD_DIM)]
 
 Vendor = Literal["nvidia", "amd", "intel", "google", "aws", "other"]
 KvCacheDtypeName = Literal[
@@ -60,7 +80,7 @@ QuantizationName = Literal[
 ]
 
 
-class Schema(BaseModel):
+class Schema(SafeText):
     # Validators are built on first use, not at import: an offline plan never builds the Read/Update ones.
     model_config = ConfigDict(from_attributes=True, extra="forbid", defer_build=True)
 
@@ -139,22 +159,23 @@ class Provenance(Schema):
 
 class GpuRead(GpuCreate, Provenance):
     model_config = ConfigDict(from_attributes=True, extra="ignore", defer_build=True)
+    _check_text: ClassVar[bool] = False
 
 
 class StateFields(Schema):
     """Constant per-request state of Mamba / linear-attention layers (see ``service.core.specs.StateSpec``)."""
 
     kind: Literal["mamba1", "mamba2", "gated_delta_net"]
-    conv_kernel: SmallCount
-    intermediate_size: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
-    n_groups: SmallCount = 1
-    state_size: Annotated[int, Field(ge=0, le=1_000_000)] = 0
-    num_heads: Annotated[int, Field(ge=0, le=1_000_000)] = 0
-    head_dim: Annotated[int, Field(ge=0, le=1_000_000)] = 0
-    num_k_heads: Annotated[int, Field(ge=0, le=1_000_000)] = 0
-    num_v_heads: Annotated[int, Field(ge=0, le=1_000_000)] = 0
-    head_k_dim: Annotated[int, Field(ge=0, le=1_000_000)] = 0
-    head_v_dim: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    conv_kernel: Annotated[int, Field(ge=1, le=bounds.MAX_CONV_KERNEL)]
+    intermediate_size: Annotated[int, Field(ge=0, le=bounds.MAX_INTERMEDIATE_SIZE)] = 0
+    n_groups: Annotated[int, Field(ge=1, le=bounds.MAX_STATE_DIM)] = 1
+    state_size: StateDim = 0
+    num_heads: StateDim = 0
+    head_dim: StateHeadDim = 0
+    num_k_heads: StateDim = 0
+    num_v_heads: StateDim = 0
+    head_k_dim: StateHeadDim = 0
+    head_v_dim: StateHeadDim = 0
     conv_dtype: ModelDtypeName | None = None
     ssm_dtype: ModelDtypeName | None = None
 
@@ -162,34 +183,36 @@ class StateFields(Schema):
 class ModelArchitecture(Schema):
     """The architecture numbers memory depends on (HF config names; values as vLLM resolves them)."""
 
-    num_hidden_layers: SmallCount
-    hidden_size: SmallCount
-    num_attention_heads: SmallCount
-    num_key_value_heads: SmallCount
-    head_dim: SmallCount
-    vocab_size: Count
-    intermediate_size: Count | None = None
-    max_position_embeddings: Count | None = None
-    max_model_len: Count | None = Field(default=None, description="vLLM's default context for this model")
+    num_hidden_layers: Layers
+    hidden_size: Hidden
+    num_attention_heads: Heads
+    num_key_value_heads: Heads
+    head_dim: HeadDim
+    vocab_size: Vocab
+    intermediate_size: Intermediate | None = None
+    max_position_embeddings: Tokens | None = None
+    max_model_len: Tokens | None = Field(default=None, description="vLLM's default context for this model")
     torch_dtype: ModelDtypeName = "bfloat16"
-    num_parameters: BigCount
-    num_active_parameters: BigCount | None = None
+    num_parameters: Parameters
+    num_active_parameters: Parameters | None = None
     layer_types: list[LayerTypeName] = Field(
-        default_factory=list, description="one entry per layer; empty = full attention everywhere"
+        default_factory=list,
+        max_length=bounds.MAX_LAYERS,
+        description="one entry per layer; empty = full attention everywhere",
     )
-    sliding_window: Count | None = None
-    attention_chunk_size: Count | None = None
-    kv_lora_rank: SmallCount | None = None
-    qk_rope_head_dim: SmallCount | None = None
-    qk_nope_head_dim: SmallCount | None = None
-    v_head_dim: SmallCount | None = None
-    q_lora_rank: SmallCount | None = None
-    num_experts: SmallCount | None = None
-    num_experts_per_tok: SmallCount | None = None
-    moe_intermediate_size: Count | None = None
-    num_shared_experts: SmallCount | None = None
-    first_k_dense_replace: SmallCount | None = None
-    num_kv_shared_layers: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    sliding_window: Tokens | None = None
+    attention_chunk_size: Tokens | None = None
+    kv_lora_rank: LoraRank | None = None
+    qk_rope_head_dim: HeadDim | None = None
+    qk_nope_head_dim: HeadDim | None = None
+    v_head_dim: HeadDim | None = None
+    q_lora_rank: LoraRank | None = None
+    num_experts: Experts | None = None
+    num_experts_per_tok: Experts | None = None
+    moe_intermediate_size: Intermediate | None = None
+    num_shared_experts: Experts | None = None
+    first_k_dense_replace: LayerIndex | None = None
+    num_kv_shared_layers: LayerIndex = 0
     state: StateFields | None = None
     quantization: QuantizationName | None = Field(
         default=None, description="the checkpoint's native quantization"
@@ -223,32 +246,32 @@ class ModelUpdate(Schema):
     family: Annotated[str, StringConstraints(max_length=64)] | None = None
     source: Text | None = None
     notes: Text | None = None
-    num_hidden_layers: SmallCount | None = None
-    hidden_size: SmallCount | None = None
-    num_attention_heads: SmallCount | None = None
-    num_key_value_heads: SmallCount | None = None
-    head_dim: SmallCount | None = None
-    vocab_size: Count | None = None
-    intermediate_size: Count | None = None
-    max_position_embeddings: Count | None = None
-    max_model_len: Count | None = None
+    num_hidden_layers: Layers | None = None
+    hidden_size: Hidden | None = None
+    num_attention_heads: Heads | None = None
+    num_key_value_heads: Heads | None = None
+    head_dim: HeadDim | None = None
+    vocab_size: Vocab | None = None
+    intermediate_size: Intermediate | None = None
+    max_position_embeddings: Tokens | None = None
+    max_model_len: Tokens | None = None
     torch_dtype: ModelDtypeName | None = None
-    num_parameters: BigCount | None = None
-    num_active_parameters: BigCount | None = None
-    layer_types: list[LayerTypeName] | None = None
-    sliding_window: Count | None = None
-    attention_chunk_size: Count | None = None
-    kv_lora_rank: SmallCount | None = None
-    qk_rope_head_dim: SmallCount | None = None
-    qk_nope_head_dim: SmallCount | None = None
-    v_head_dim: SmallCount | None = None
-    q_lora_rank: SmallCount | None = None
-    num_experts: SmallCount | None = None
-    num_experts_per_tok: SmallCount | None = None
-    moe_intermediate_size: Count | None = None
-    num_shared_experts: SmallCount | None = None
-    first_k_dense_replace: SmallCount | None = None
-    num_kv_shared_layers: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    num_parameters: Parameters | None = None
+    num_active_parameters: Parameters | None = None
+    layer_types: Annotated[list[LayerTypeName], Field(max_length=bounds.MAX_LAYERS)] | None = None
+    sliding_window: Tokens | None = None
+    attention_chunk_size: Tokens | None = None
+    kv_lora_rank: LoraRank | None = None
+    qk_rope_head_dim: HeadDim | None = None
+    qk_nope_head_dim: HeadDim | None = None
+    v_head_dim: HeadDim | None = None
+    q_lora_rank: LoraRank | None = None
+    num_experts: Experts | None = None
+    num_experts_per_tok: Experts | None = None
+    moe_intermediate_size: Intermediate | None = None
+    num_shared_experts: Experts | None = None
+    first_k_dense_replace: LayerIndex | None = None
+    num_kv_shared_layers: LayerIndex | None = None
     state: StateFields | None = None
     quantization: QuantizationName | None = None
     tie_word_embeddings: bool | None = None
@@ -258,6 +281,7 @@ class ModelUpdate(Schema):
 
 class ModelRead(ModelCreate, Provenance):
     model_config = ConfigDict(from_attributes=True, extra="ignore", defer_build=True)
+    _check_text: ClassVar[bool] = False
 
 
 class ModelImport(Schema):
@@ -270,10 +294,10 @@ class ModelImport(Schema):
         Field(default_factory=list)
     )
     family: Annotated[str, StringConstraints(max_length=64)] | None = None
-    num_parameters: BigCount | None = Field(
+    num_parameters: Parameters | None = Field(
         default=None, description="published count; derived from the config when absent"
     )
-    num_active_parameters: BigCount | None = None
+    num_active_parameters: Parameters | None = None
     source: Text | None = Field(default=None, description="defaults to the Hugging Face page of hf_id")
     notes: Text | None = None
 

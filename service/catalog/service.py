@@ -89,8 +89,8 @@ class CatalogService:
             items=[GpuRead.model_validate(r) for r in rows], total=total, limit=page.limit, offset=page.offset
         )
 
-    async def get_gpu(self, name: str) -> GpuEntry:
-        entry = await self.gpus.get_by_name(name)
+    async def get_gpu(self, name: str, *, for_update: bool = False) -> GpuEntry:
+        entry = await self.gpus.get_by_name(name, for_update=for_update)
         if entry is None:
             raise NotFound(f"GPU {name!r} is not in the catalog")
         return entry
@@ -104,7 +104,7 @@ class CatalogService:
         return entry
 
     async def update_gpu(self, name: str, patch: GpuUpdate, *, if_match: str | None) -> GpuEntry:
-        entry = await self.get_gpu(name)
+        entry = await self.get_gpu(name, for_update=True)
         check_if_match(if_match, entry.etag)
         changes = patch.model_dump(mode="json", exclude_unset=True)
         merged = GpuRead.model_validate(entry).model_dump(mode="json") | changes
@@ -119,7 +119,7 @@ class CatalogService:
         return entry
 
     async def delete_gpu(self, name: str, *, if_match: str | None) -> None:
-        entry = await self.get_gpu(name)
+        entry = await self.get_gpu(name, for_update=True)
         check_if_match(if_match, entry.etag)
         await self.gpus.delete(entry)
         _refresh_after_commit(self.session, self.holder, self.sessionmaker)
@@ -136,8 +136,8 @@ class CatalogService:
             offset=page.offset,
         )
 
-    async def get_model(self, name: str) -> ModelEntry:
-        entry = await self.models.get_by_name(name)
+    async def get_model(self, name: str, *, for_update: bool = False) -> ModelEntry:
+        entry = await self.models.get_by_name(name, for_update=for_update)
         if entry is None:
             raise NotFound(f"model {name!r} is not in the catalog")
         return entry
@@ -155,7 +155,7 @@ class CatalogService:
         return entry
 
     async def update_model(self, name: str, patch: ModelUpdate, *, if_match: str | None) -> ModelEntry:
-        entry = await self.get_model(name)
+        entry = await self.get_model(name, for_update=True)
         check_if_match(if_match, entry.etag)
         changes = patch.model_dump(mode="json", exclude_unset=True)
         merged = ModelRead.model_validate(entry).model_dump(mode="json") | changes
@@ -170,7 +170,7 @@ class CatalogService:
         return entry
 
     async def delete_model(self, name: str, *, if_match: str | None) -> None:
-        entry = await self.get_model(name)
+        entry = await self.get_model(name, for_update=True)
         check_if_match(if_match, entry.etag)
         await self.models.delete(entry)
         _refresh_after_commit(self.session, self.holder, self.sessionmaker)

@@ -28,6 +28,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from service.core.bounds import (
+    MAX_CONTEXT_TOKENS,
+    MAX_CONV_KERNEL,
+    MAX_EXPERTS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN_SIZE,
+    MAX_INTERMEDIATE_SIZE,
+    MAX_LAYERS,
+    MAX_LORA_RANK,
+    MAX_ROPE_FACTOR,
+    MAX_STATE_DIM,
+    MAX_VOCAB,
+    check_finite,
+    check_int,
+)
 from service.core.dtypes import normalize_model_dtype
 from service.core.errors import ConfigError, InvalidSpec
 from service.core.params import ParameterInputs, estimate_num_parameters
@@ -84,6 +100,44 @@ _NON_GATED_MLP_TYPES = frozenset(
 )
 _QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})
 
+# The plausible range of each integer key (``service.core.bounds`` cites the largest published values).
+_KEY_MAXIMUM: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "n_layers"), MAX_LAYERS),
+    **dict.fromkeys(
+        ("num_attention_heads", "n_head", "num_heads", "n_heads", "n_head_kv", "num_kv_heads"), MAX_HEADS
+    ),
+    **dict.fromkeys(("num_key_value_heads", "multi_query_group_num"), MAX_HEADS),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), MAX_HIDDEN_SIZE),
+    **dict.fromkeys(("vocab_size", "padded_vocab_size"), MAX_VOCAB),
+    **dict.fromkeys(
+        ("head_dim", "hidden_size_per_head", "qk_rope_head_dim", "qk_nope_head_dim"), MAX_HEAD_DIM
+    ),
+    **dict.fromkeys(("v_head_dim", "mamba_d_head", "mamba_head_dim"), MAX_HEAD_DIM),
+    **dict.fromkeys(("linear_key_head_dim", "linear_value_head_dim"), MAX_HEAD_DIM),
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), MAX_LORA_RANK),
+    **dict.fromkeys(
+        ("intermediate_size", "ffn_hidden_size", "n_inner", "moe_intermediate_size"), MAX_INTERMEDIATE_SIZE
+    ),
+    "shared_expert_intermediate_size": MAX_INTERMEDIATE_SIZE,
+    **dict.fromkeys(_LENGTH_KEYS, MAX_CONTEXT_TOKENS),
+    **dict.fromkeys(("sliding_window", "attention_chunk_size"), MAX_CONTEXT_TOKENS),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"), MAX_EXPERTS),
+    **dict.fromkeys(("num_experts_per_tok", "moe_top_k", "num_selected_experts"), MAX_EXPERTS),
+    **dict.fromkeys(("n_shared_experts", "num_shared_experts"), MAX_EXPERTS),
+    **dict.fromkeys(("first_k_dense_replace", "num_kv_shared_layers", "max_window_layers"), MAX_LAYERS),
+    **dict.fromkeys(
+        ("sliding_window_pattern", "full_attention_interval", "attn_layer_period", "attn_layer_offset"),
+        MAX_LAYERS,
+    ),
+    **dict.fromkeys(("linear_conv_kernel_dim", "mamba_d_conv", "conv_kernel"), MAX_CONV_KERNEL),
+    **dict.fromkeys(("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads"), MAX_STATE_DIM),
+    **dict.fromkeys(("mamba_num_heads", "mamba_n_groups", "n_groups"), MAX_STATE_DIM),
+    **dict.fromkeys(("mamba_d_state", "ssm_state_size", "state_size"), MAX_STATE_DIM),
+    **dict.fromkeys(("mamba_expand", "expand"), 64),  # Mamba and Jamba: 2
+}
+# Any other integer key: inside a 32-bit column.
+_DEFAULT_MAXIMUM = 2**31 - 1
+
 
 class _Reader:
     """Typed access to a config mapping that reports the offending key on error."""
@@ -104,18 +158,21 @@ class _Reader:
                 return key, value
         return keys[0], None
 
-    def int_(self, *keys: str, required: bool = False, minimum: int = 1) -> int | None:
+    def int_(
+        self, *keys: str, required: bool = False, minimum: int = 1, maximum: int | None = None
+    ) -> int | None:
+        """The first present key as an int inside its plausible range (``service.core.bounds``)."""
         key, value = self.first(*keys)
         if value is None:
             if required:
                 alias = f" (or {', '.join(keys[1:])})" if len(keys) > 1 else ""
                 raise ConfigError(f"is missing{alias}", field=key)
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-            raise ConfigError(f"must be an integer, got {value!r}", field=key)
-        if value < minimum:
-            raise ConfigError(f"must be ≥ {minimum}, got {value}", field=key)
-        return int(value)
+        limit = maximum if maximum is not None else _KEY_MAXIMUM.get(key, _DEFAULT_MAXIMUM)
+        try:
+            return check_int(value, field=key, minimum=minimum, maximum=limit)
+        except InvalidSpec as exc:
+            raise ConfigError(exc.message, field=key) from None
 
     def bool_(self, key: str, default: bool = False) -> bool:
         value = self.raw(key)
@@ -289,10 +346,28 @@ def derive_max_model_len(r: _Reader, model_type: str) -> tuple[int | None, str]:
         if rope_type not in ("su", "longrope", "llama3", "default", "mrope", None):
             factor = scaling.get("factor")
             if isinstance(factor, int | float) and not isinstance(factor, bool) and factor > 0:
-                if rope_type == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
-                    derived = scaling["original_max_position_embeddings"]
+                try:
+                    check_finite(factor, field="rope_scaling.factor", minimum=0, maximum=MAX_ROPE_FACTOR)
+                except InvalidSpec as exc:
+                    raise ConfigError(exc.message, field=exc.field) from None
+                original = scaling.get("original_max_position_embeddings")
+                if rope_type == "yarn" and isinstance(original, int) and not isinstance(original, bool):
+                    try:
+                        derived = check_int(
+                            original,
+                            field="rope_scaling.original_max_position_embeddings",
+                            maximum=MAX_CONTEXT_TOKENS,
+                        )
+                    except InvalidSpec as exc:
+                        raise ConfigError(exc.message, field=exc.field) from None
                 derived = int(derived * factor)
                 note += f" × rope_scaling factor {factor:g} ({rope_type})"
+                if derived > MAX_CONTEXT_TOKENS:
+                    raise ConfigError(
+                        f"scales the context to {derived:,} tokens, above the {MAX_CONTEXT_TOKENS:,} kvcap "
+                        "accepts (far above any published model)",
+                        field="rope_scaling.factor",
+                    )
     return derived, note
 
 
@@ -307,7 +382,10 @@ def _quantization(r: _Reader) -> str | None:
         bits = qc.get("bits", qc.get("w_bit", 4))
         return method.removesuffix("_marlin") if bits == 4 else f"{method.removesuffix('_marlin')}-int{bits}"
     if method == "compressed-tensors":
-        for group in (qc.get("config_groups") or {}).values():
+        groups = qc.get("config_groups") or {}
+        if not isinstance(groups, Mapping):
+            raise ConfigError("must be an object", field="quantization_config.config_groups")
+        for group in groups.values():
             weights = group.get("weights") if isinstance(group, Mapping) else None
             if isinstance(weights, Mapping):
                 bits, kind = weights.get("num_bits"), weights.get("type")

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from service.core.bounds import check_sweep_size
 from service.core.dtypes import MODEL_DTYPE_BYTES
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
@@ -700,7 +701,13 @@ def sweep(
     """
     model = request.model
     max_len, reason = _context_length(request, workload)
-    sizes = sorted(tensor_parallel_sizes or tp_candidates(model.num_attention_heads))
+    sizes = sorted(set(tensor_parallel_sizes or tp_candidates(model.num_attention_heads)))
+    check_sweep_size(
+        gpus=len({gpu.name for gpu in gpus}),
+        tensor_parallel_sizes=len(sizes),
+        kv_cache_dtypes=len(set(kv_cache_dtypes)),
+        quantizations=len(set(quantizations)),
+    )
     options: list[Option] = []
     planned: list[tuple[Option, PlanRequest, list[str]]] = []
     seen: set[tuple[str, str | None, str, int]] = set()

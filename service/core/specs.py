@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
+from service.core import bounds as b
 from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.errors import InvalidSpec
 
@@ -45,6 +46,12 @@ def _require_positive(**values: int | None) -> None:
             raise InvalidSpec(f"must be a positive integer, got {value}", field=name)
 
 
+def _require_at_most(limits: dict[str, tuple[int | None, int]], *, minimum: int = 1) -> None:
+    """Each ``name: (value, maximum)`` an integer in ``[minimum, maximum]`` (``service.core.bounds``)."""
+    for name, (value, maximum) in limits.items():
+        b.check_range(value, field=name, minimum=minimum, maximum=maximum)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateSpec:
     """Constant per-request state of Mamba-style and linear-attention layers.
@@ -75,6 +82,25 @@ class StateSpec:
         if self.kind not in ("mamba1", "mamba2", "gated_delta_net"):
             raise InvalidSpec(f"unknown state layer kind {self.kind!r}", field="state.kind")
         _require_positive(conv_kernel=self.conv_kernel)
+        _require_at_most(
+            {
+                "state.conv_kernel": (self.conv_kernel, b.MAX_CONV_KERNEL),
+                "state.n_groups": (self.n_groups, b.MAX_STATE_DIM),
+            }
+        )
+        _require_at_most(
+            {
+                "state.intermediate_size": (self.intermediate_size, b.MAX_INTERMEDIATE_SIZE),
+                "state.state_size": (self.state_size, b.MAX_STATE_DIM),
+                "state.num_heads": (self.num_heads, b.MAX_STATE_DIM),
+                "state.head_dim": (self.head_dim, b.MAX_HEAD_DIM),
+                "state.num_k_heads": (self.num_k_heads, b.MAX_STATE_DIM),
+                "state.num_v_heads": (self.num_v_heads, b.MAX_STATE_DIM),
+                "state.head_k_dim": (self.head_k_dim, b.MAX_HEAD_DIM),
+                "state.head_v_dim": (self.head_v_dim, b.MAX_HEAD_DIM),
+            },
+            minimum=0,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +145,40 @@ class ModelSpec:
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
+        # Ranges first: a ten-million-layer spec must not build its ten-million-entry layer table.
+        _require_at_most(
+            {
+                "num_hidden_layers": (self.num_hidden_layers, b.MAX_LAYERS),
+                "hidden_size": (self.hidden_size, b.MAX_HIDDEN_SIZE),
+                "num_attention_heads": (self.num_attention_heads, b.MAX_HEADS),
+                "num_key_value_heads": (self.num_key_value_heads, b.MAX_HEADS),
+                "head_dim": (self.head_dim, b.MAX_HEAD_DIM),
+                "vocab_size": (self.vocab_size, b.MAX_VOCAB),
+                "num_parameters": (self.num_parameters, b.MAX_PARAMETERS),
+                "num_active_parameters": (self.num_active_parameters, b.MAX_PARAMETERS),
+                "intermediate_size": (self.intermediate_size, b.MAX_INTERMEDIATE_SIZE),
+                "moe_intermediate_size": (self.moe_intermediate_size, b.MAX_INTERMEDIATE_SIZE),
+                "max_position_embeddings": (self.max_position_embeddings, b.MAX_CONTEXT_TOKENS),
+                "max_model_len": (self.max_model_len, b.MAX_CONTEXT_TOKENS),
+                "sliding_window": (self.sliding_window, b.MAX_CONTEXT_TOKENS),
+                "attention_chunk_size": (self.attention_chunk_size, b.MAX_CONTEXT_TOKENS),
+                "kv_lora_rank": (self.kv_lora_rank, b.MAX_LORA_RANK),
+                "q_lora_rank": (self.q_lora_rank, b.MAX_LORA_RANK),
+                "qk_rope_head_dim": (self.qk_rope_head_dim, b.MAX_HEAD_DIM),
+                "qk_nope_head_dim": (self.qk_nope_head_dim, b.MAX_HEAD_DIM),
+                "v_head_dim": (self.v_head_dim, b.MAX_HEAD_DIM),
+                "num_experts": (self.num_experts, b.MAX_EXPERTS),
+                "num_experts_per_tok": (self.num_experts_per_tok, b.MAX_EXPERTS),
+                "num_shared_experts": (self.num_shared_experts, b.MAX_EXPERTS),
+            }
+        )
+        _require_at_most(
+            {
+                "first_k_dense_replace": (self.first_k_dense_replace, b.MAX_LAYERS),
+                "num_kv_shared_layers": (self.num_kv_shared_layers, b.MAX_LAYERS),
+            },
+            minimum=0,
+        )
         resolved = self.layer_types or (LayerType.FULL,) * self.num_hidden_layers
         object.__setattr__(self, "_kinds", resolved)
         object.__setattr__(self, "_uses_mla", LayerType.MLA in resolved)

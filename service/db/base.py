@@ -52,7 +52,9 @@ class VersionedMixin:
     """Integer primary key, timestamps and an optimistic-concurrency version.
 
     SQLAlchemy's ``version_id_col`` adds ``AND version = :old`` to every UPDATE/DELETE, so of two writers that
-    read the same version only the first succeeds; the second gets ``StaleDataError`` (rendered as 412).
+    read the same version only the first succeeds; the second gets ``StaleDataError`` (rendered as 412 when
+    the request carried ``If-Match``, else 409). Writers also lock the row they change before reading it
+    (``for_update`` in the repositories), so this is the last line of defence, not the usual path.
     """
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -22,6 +22,9 @@ from sqlalchemy.pool import StaticPool
 
 AfterCommit = Callable[[], Awaitable[None]]
 
+# Execution option a write request sets on its connection before the transaction begins (``begin_write``).
+WRITE_TRANSACTION = "kvcap_write_transaction"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DatabaseTimeouts:
@@ -159,7 +162,19 @@ def _enable_sqlite_foreign_keys(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN")
+        # A write takes SQLite's write lock up front: two deferred transactions that both read and then write
+        # would make the second fail with "database is locked" (a 503) the moment it tries to upgrade its
+        # lock. Under BEGIN IMMEDIATE it waits (the busy timeout) and then reads the first one's committed row,
+        # as a row lock does on PostgreSQL: a lost race is a 412 for a stale If-Match, never a 503.
+        immediate = conn.get_execution_options().get(WRITE_TRANSACTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+async def begin_write(session: AsyncSession) -> None:
+    """Start the session's transaction as a write (``BEGIN IMMEDIATE`` on SQLite; nothing else elsewhere)."""
+    bind = session.bind
+    if bind is not None and bind.dialect.name == "sqlite" and not session.in_transaction():
+        await session.connection(execution_options={WRITE_TRANSACTION: True})
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -15,10 +15,13 @@ class DeploymentRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def get(self, namespace: str, name: str) -> DeploymentEntry | None:
+    async def get(self, namespace: str, name: str, *, for_update: bool = False) -> DeploymentEntry | None:
+        """``for_update``: lock the row until the transaction ends (see ``Repository.get_by_name``)."""
         statement = select(DeploymentEntry).where(
             DeploymentEntry.namespace == namespace, DeploymentEntry.name == name
         )
+        if for_update:
+            statement = statement.with_for_update().execution_options(populate_existing=True)
         entry: DeploymentEntry | None = (await self.session.execute(statement)).scalar_one_or_none()
         return entry
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from service.api.text import SafeText
 from service.live.schemas import LiveSource
 from service.planning.schemas import (
     InlineGpu,
@@ -26,13 +27,13 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
 def _namespace(value: str) -> str:
-    if not _DNS_LABEL.match(value):
+    if not _DNS_LABEL.fullmatch(value):
         raise ValueError("must be a DNS-1123 label (lowercase letters, digits, '-'; at most 63 characters)")
     return value
 
 
 def _name(value: str) -> str:
-    if not _DNS_SUBDOMAIN.match(value):
+    if not _DNS_SUBDOMAIN.fullmatch(value):
         raise ValueError("must be a DNS-1123 subdomain (lowercase letters, digits, '-', '.')")
     return value
 
@@ -53,9 +54,9 @@ class DeploymentFields(PlanSettings):
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         for key, label in value.items():
-            if len(key) > 253 or not _LABEL_KEY.match(key):
+            if len(key) > 253 or not _LABEL_KEY.fullmatch(key):
                 raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
-            if len(label) > 63 or not _LABEL_VALUE.match(label):
+            if len(label) > 63 or not _LABEL_VALUE.fullmatch(label):
                 raise ValueError(f"label value {label!r} (key {key!r}) is not a valid Kubernetes label value")
         return value
 
@@ -65,7 +66,7 @@ class DeploymentCreate(DeploymentFields):
     name: Name
 
 
-class DeploymentUpdate(BaseModel):
+class DeploymentUpdate(SafeText):
     """Any subset of the fields; ``null`` resets an optional field to its default."""
 
     model_config = ConfigDict(extra="forbid")
@@ -96,6 +97,7 @@ class DeploymentUpdate(BaseModel):
 
 class DeploymentRead(DeploymentCreate):
     model_config = ConfigDict(extra="ignore")
+    _check_text: ClassVar[bool] = False
 
     version: int
     created_at: datetime

@@ -243,8 +243,8 @@ class DeploymentService:
         items = [to_read(r) for r in matching[page.offset : page.offset + page.limit]]
         return Page(items=items, total=len(matching), limit=page.limit, offset=page.offset)
 
-    async def get(self, namespace: str, name: str) -> DeploymentEntry:
-        entry = await self.repo.get(namespace, name)
+    async def get(self, namespace: str, name: str, *, for_update: bool = False) -> DeploymentEntry:
+        entry = await self.repo.get(namespace, name, for_update=for_update)
         if entry is None:
             raise NotFound(f"deployment {namespace}/{name} is not registered")
         return entry
@@ -262,7 +262,7 @@ class DeploymentService:
     async def update(
         self, namespace: str, name: str, patch: DeploymentUpdate, *, if_match: str | None
     ) -> DeploymentEntry:
-        entry = await self.get(namespace, name)
+        entry = await self.get(namespace, name, for_update=True)
         check_if_match(if_match, entry.etag)
         current = to_read(entry).model_dump(mode="json", exclude={"version", "created_at", "updated_at"})
         changes = patch.model_dump(mode="json", exclude_unset=True)
@@ -278,7 +278,7 @@ class DeploymentService:
         return entry
 
     async def delete(self, namespace: str, name: str, *, if_match: str | None) -> None:
-        entry = await self.get(namespace, name)
+        entry = await self.get(namespace, name, for_update=True)
         check_if_match(if_match, entry.etag)
         await self.repo.delete(entry)
         self._remove_after_commit(namespace, name)

@@ -128,6 +128,12 @@ class AdmissionMetrics(Collector):
             registry=None,
             buckets=tuple(sorted(buckets)),
         )
+        self._unevaluated = Counter(
+            "kvcap_admission_unevaluated",
+            _SPECS["kvcap_admission_unevaluated_total"].help,
+            list(_SPECS["kvcap_admission_unevaluated_total"].labels),
+            registry=None,
+        )
 
     def observe(self, *, verdict: str, kind: str, duration_seconds: float) -> None:
         """Count one answered review (``verdict``: allowed | denied | warned | error …, ``kind``: object kind)."""
@@ -137,9 +143,23 @@ class AdmissionMetrics(Collector):
             self._errors.labels(reason=reason).inc()
         self._duration.observe(duration_seconds)
 
+    def observe_unevaluated(self, *, reason: str) -> None:
+        """Count one part of a review that kvcap could not evaluate (it was answered with a warning)."""
+        self._unevaluated.labels(reason=reason).inc()
+
+    def unevaluated_counts(self) -> dict[str, float]:
+        """``kvcap_admission_unevaluated_total`` by reason, as counted so far."""
+        return {
+            sample.labels["reason"]: sample.value
+            for family in self._unevaluated.collect()
+            for sample in family.samples
+            if sample.name.endswith("_total")
+        }
+
     def collect(self) -> Iterator[Metric]:
         yield from self._reviews.collect()
         yield from self._errors.collect()
+        yield from self._unevaluated.collect()
         yield from self._duration.collect()
 
 

@@ -214,6 +214,13 @@ METRICS: tuple[MetricName, ...] = (
         ("result",),
         "service",
     ),
+    MetricName(
+        "kvcap_admission_unevaluated_total",
+        "counter",
+        "Parts of admitted objects kvcap could not evaluate (each also a warning on the review), by reason",
+        ("reason",),
+        "admission",
+    ),
 )
 
 LIBRARY_COLLECTORS: tuple[str, ...] = ("process_", "python_info", "python_gc_")

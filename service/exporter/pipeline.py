@@ -208,11 +208,24 @@ async def live_tick(
     sessionmaker: async_sessionmaker[AsyncSession],
     scales: StepTimeScales | None = None,
     latency: LatencyPredictions | None = None,
+    last_owned: set[str] | None = None,
 ) -> None:
-    """One pass of the loop described in the module docstring."""
+    """One pass of the loop described in the module docstring.
+
+    While the database is down nothing here empties the exported set: the registry is the last one read
+    (``DeploymentsHolder`` keeps it when a reload fails), and when the coordinator cannot reach the database
+    the deployments owned on the last good tick (``last_owned``, kept by the caller across ticks) stay owned
+    (``Coordinator.reachable``), so their predicted and observed series keep being exported instead of all
+    disappearing at once.
+    """
     registered = deployments.deployments
     by_name = {f"{d.namespace}/{d.name}": d for d in registered}
     owned_names = await coordinator.owned(list(by_name))
+    if last_owned is not None:
+        if not coordinator.reachable:
+            owned_names = last_owned & set(by_name)
+        last_owned.clear()
+        last_owned.update(owned_names)
     owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
     predictions.update(catalog, owned, calibrations, scales)
     await live.refresh(live_targets(owned))
@@ -234,6 +247,7 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
 
     The server runs it in a ``LiveWorker`` instead; this form suits a caller that has no serving loop to keep free.
     """
+    last_owned: set[str] = set()
     while True:
         started = time.monotonic()
         try:
@@ -247,6 +261,7 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
                 sessionmaker=app.state.sessionmaker,
                 scales=getattr(app.state, "step_time_scales", None),
                 latency=getattr(app.state, "latency_predictions", None),
+                last_owned=last_owned,
             )
         except asyncio.CancelledError:
             raise
@@ -373,6 +388,7 @@ class LiveWorker:
         self, coordinator: Coordinator, sessionmaker: async_sessionmaker[AsyncSession]
     ) -> None:
         interval_s = self._settings.scrape_interval_seconds
+        last_owned: set[str] = set()
         while True:
             started = time.monotonic()
             try:
@@ -386,6 +402,7 @@ class LiveWorker:
                     sessionmaker=sessionmaker,
                     scales=self._scales,
                     latency=self._latency,
+                    last_owned=last_owned,
                 )
             except asyncio.CancelledError:
                 raise

@@ -22,8 +22,13 @@ The model (PostgreSQL; no table, no migration):
 4. **Failure.** Locks live as long as the session: a replica that dies or loses its connection loses its
    locks, and the others take its keys on their next tick (after the server notices the dead connection —
    immediately on a clean exit, after TCP keepalive on a network partition; lower ``tcp_keepalives_idle`` on
-   the server to shorten that). A replica that cannot reach the database owns *nothing* until it reconnects:
-   during a database outage live metrics pause rather than risk being exported twice.
+   the server to shorten that). A replica whose connection was dropped while the database is up reconnects
+   at once (``owned`` retries once on a fresh connection) and owns what it can lock again. A replica that
+   cannot reach the database at all reports ``reachable = False``; the live loop then keeps exporting the
+   deployments it last owned (``service.exporter.pipeline``) instead of dropping every series: no other
+   replica can take their locks while the database is down either, so nothing is exported twice unless the
+   database is reachable from the others but not from this one (a partition), and then only until this
+   replica notices it is back.
 
 Requirements: a direct or session-pooled connection (PgBouncer in transaction mode breaks session locks and
 ``application_name``), and the same database for all replicas. Advisory locks are per database, so kvcap
@@ -52,6 +57,10 @@ _MAX_APPLICATION_NAME_BYTES = 63
 
 class Coordinator(abc.ABC):
     """Decides which deployment keys this kvcap replica reads."""
+
+    #: False while the last ``owned`` call could not reach the coordination store (its answer is then empty
+    #: and means "unknown", not "nothing").
+    reachable: bool = True
 
     @abc.abstractmethod
     async def owned(self, keys: Sequence[str]) -> set[str]:
@@ -145,21 +154,30 @@ class PostgresCoordinator(Coordinator):
 
     async def owned(self, keys: Sequence[str]) -> set[str]:
         async with self._mutex:
-            try:
-                async with asyncio.timeout(self._timeout_s):
-                    return await self._rebalance(keys)
-            except asyncio.CancelledError:
-                # A lock may have been granted server-side without being recorded here: drop the session
-                # so that no lock outlives our knowledge of it.
-                await self._drop()
-                raise
-            except Exception as exc:
-                logger.warning(
-                    "coordination database unavailable (%s); this replica owns no deployment until it reconnects",
-                    type(exc).__name__,
-                )
-                await self._drop()
-                return set()
+            for attempt in (1, 2):
+                try:
+                    async with asyncio.timeout(self._timeout_s):
+                        owned = await self._rebalance(keys)
+                except asyncio.CancelledError:
+                    # A lock may have been granted server-side without being recorded here: drop the session
+                    # so that no lock outlives our knowledge of it.
+                    await self._drop()
+                    raise
+                except Exception as exc:
+                    await self._drop()
+                    # A dropped session is retried at once on a fresh connection; a timeout is not (the
+                    # database is hung, and a second wait would only delay the tick further).
+                    if attempt == 1 and not isinstance(exc, TimeoutError):
+                        continue
+                    logger.warning(
+                        "coordination database unavailable (%s); keeping the deployments this replica last owned",
+                        type(exc).__name__,
+                    )
+                    self.reachable = False
+                    return set()
+                self.reachable = True
+                return owned
+            raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:
         async with self._mutex:

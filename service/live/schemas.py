@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Discriminator,
     Field,
@@ -29,6 +28,8 @@ from pydantic import (
     TypeAdapter,
     field_validator,
 )
+
+from service.api.text import SafeText
 
 MAX_URL_LENGTH = 2048
 MAX_SCRAPE_URLS = 64
@@ -70,7 +71,7 @@ _LABEL_SELECTOR_CHARS = re.compile(r"^[A-Za-z0-9_.\-/=!,() ]+$")
 
 
 def _check_namespace(value: str) -> str:
-    if not _DNS1123_LABEL.match(value):
+    if not _DNS1123_LABEL.fullmatch(value):
         raise ValueError("must be a DNS-1123 label: lowercase letters, digits and '-', at most 63 characters")
     return value
 
@@ -79,7 +80,7 @@ def _check_label_selector(value: str) -> str:
     value = value.strip()
     if not value:
         raise ValueError("the label selector must not be empty (it would select every pod in the namespace)")
-    if not _LABEL_SELECTOR_CHARS.match(value):
+    if not _LABEL_SELECTOR_CHARS.fullmatch(value):
         raise ValueError("contains characters that cannot appear in a Kubernetes label selector")
     return value
 
@@ -107,7 +108,7 @@ def check_promql_match(value: str) -> str:
     refused too: kvcap chooses the metric names.
     """
     value = value.strip()
-    if not _PROMQL_SELECTOR.match(value):
+    if not _PROMQL_SELECTOR.fullmatch(value):
         raise ValueError(
             'must be a PromQL label selector with at least one matcher, like \'{namespace="llm",app="vllm"}\''
         )
@@ -116,7 +117,7 @@ def check_promql_match(value: str) -> str:
     return value
 
 
-class _Strict(BaseModel):
+class _Strict(SafeText):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
 

@@ -1,11 +1,22 @@
-"""``POST /v1/plans``: the capacity plan for one model, GPU and set of vLLM settings."""
+"""``POST /v1/plans``: the capacity plan for one model, GPU and set of vLLM settings.
+
+The cost of one request is bounded twice. Its inputs are: every architecture number and setting is inside the
+core's plausible ranges (``service.core.bounds``), and a sweep plans at most ``MAX_SWEEP_OPTIONS`` options, so
+the worst request costs well under a second of CPU. And the computation runs in a worker thread
+(``anyio.to_thread`` with a ``CapacityLimiter`` of ``PLAN_THREADS``), never on the event loop: health probes,
+admission reviews and ``/metrics`` keep answering while plans are computed, and a burst of expensive requests
+queues for the limiter instead of multiplying threads. A plan served from the cache never leaves the loop.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from functools import partial
+from typing import TypeVar
 
 import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 
 from service.catalog.snapshot import CatalogHolder
@@ -24,6 +35,19 @@ from service.planning.service import make_plan
 from service.planning.simulations import SIMULATION_THREADS, make_simulation, simulation_limits
 
 router = APIRouter(prefix="/v1", tags=["plans"])
+
+# Worker threads for plans: enough to keep both cores of a small pod busy, few enough that a flood of sweeps
+# cannot starve the thread pool that database drivers and the exporter also use.
+PLAN_THREADS = 4
+T = TypeVar("T")
+
+
+async def off_loop(request: Request, compute: Callable[[], T]) -> T:
+    """``compute()`` in a worker thread under the app's plan limiter (created on first use, in the loop)."""
+    limiter: anyio.CapacityLimiter | None = getattr(request.app.state, "plan_limiter", None)
+    if limiter is None:
+        limiter = request.app.state.plan_limiter = anyio.CapacityLimiter(PLAN_THREADS)
+    return await anyio.to_thread.run_sync(compute, limiter=limiter)
 
 
 def catalog_snapshot(request: Request) -> CatalogHolder:
@@ -50,7 +74,9 @@ async def create_plan(request: Request, body: PlanRequestBody) -> Response:
     key = (body.model_dump_json(), holder.generation, calibrations.generation if calibrations else 0)
     cached = cache.get(key) if cache is not None else None
     if cached is None:
-        cached = make_plan(snapshot, body, calibrations).model_dump_json().encode()
+        cached = await off_loop(
+            request, lambda: make_plan(snapshot, body, calibrations).model_dump_json().encode()
+        )
         if cache is not None:
             cache.put(key, cached)
     return Response(cached, media_type="application/json")
@@ -87,7 +113,8 @@ class PlanCache:
     responses={422: {"description": "invalid workload or settings (the field is named)"}},
 )
 async def create_recommendation(request: Request, body: RecommendRequestBody) -> RecommendationOut:
-    return make_recommendation(catalog_snapshot(request).snapshot, body)
+    snapshot = catalog_snapshot(request).snapshot
+    return await off_loop(request, lambda: make_recommendation(snapshot, body))
 
 
 @router.post(
@@ -97,7 +124,8 @@ async def create_recommendation(request: Request, body: RecommendRequestBody) ->
     responses={422: {"description": "invalid workload or settings (the field is named)"}},
 )
 async def create_sweep(request: Request, body: SweepRequestBody) -> SweepOut:
-    return make_sweep(catalog_snapshot(request).snapshot, body)
+    snapshot = catalog_snapshot(request).snapshot
+    return await off_loop(request, lambda: make_sweep(snapshot, body))
 
 
 _SIMULATIONS = anyio.CapacityLimiter(SIMULATION_THREADS)

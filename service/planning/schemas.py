@@ -6,12 +6,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from service.api.text import SafeText
+from service.core import bounds
+
 Positive = Annotated[int, Field(ge=1, le=2**31 - 1)]
+# The core's plausible ranges (``service.core.bounds``), declared so the document and the core agree.
+ContextTokens = Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)]
+ParallelSize = Annotated[int, Field(ge=1, le=bounds.MAX_PARALLEL_SIZE)]
 ByteCount = Annotated[int, Field(ge=0, le=2**62)]
 RefName = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
 
 
-class Schema(BaseModel):
+class Schema(SafeText):
     # Validators are built on first use, not at import: a command line that plans never builds the sweep's.
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
@@ -20,7 +26,7 @@ class InlineModel(Schema):
     """A model not in the catalog: its Hugging Face config.json (parameter count derived when absent)."""
 
     hf_config: dict[str, Any]
-    num_parameters: Annotated[int, Field(gt=0, le=2**62)] | None = None
+    num_parameters: Annotated[int, Field(gt=0, le=bounds.MAX_PARAMETERS)] | None = None
     name: RefName | None = None
 
 
@@ -42,9 +48,9 @@ class InlineGpu(Schema):
 class PlanSettings(Schema):
     """vLLM settings that decide memory (``vllm serve`` flag names). Unset → the release's default."""
 
-    tensor_parallel_size: Annotated[int, Field(ge=1, le=1024)] = 1
-    pipeline_parallel_size: Annotated[int, Field(ge=1, le=1024)] = 1
-    max_model_len: Positive | Literal["auto"] | None = Field(
+    tensor_parallel_size: ParallelSize = 1
+    pipeline_parallel_size: ParallelSize = 1
+    max_model_len: ContextTokens | Literal["auto"] | None = Field(
         default=None, description="tokens; 'auto' fits the largest (0.15+)"
     )
     kv_cache_dtype: Annotated[str, StringConstraints(max_length=32)] | None = Field(
@@ -59,9 +65,9 @@ class PlanSettings(Schema):
         default=None, description="--kv-cache-memory-bytes: exact KV budget per GPU"
     )
     num_gpu_blocks_override: Positive | None = None
-    block_size: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
-    max_num_seqs: Positive | None = None
-    max_num_batched_tokens: Positive | None = None
+    block_size: Annotated[int, Field(ge=1, le=bounds.MAX_BLOCK_SIZE)] | None = None
+    max_num_seqs: Annotated[int, Field(ge=1, le=bounds.MAX_NUM_SEQS)] | None = None
+    max_num_batched_tokens: Annotated[int, Field(ge=1, le=bounds.MAX_BATCHED_TOKENS)] | None = None
     enable_chunked_prefill: bool | None = Field(
         default=None,
         description="--enable-chunked-prefill; default: the release's (V1 always, V0 above 32K tokens)",
@@ -83,10 +89,10 @@ class PlanRequestBody(PlanSettings):
     gpu: RefName | InlineGpu | None = Field(
         default=None, description="catalog name / product label, or {'memory_bytes': ...}"
     )
-    prompt_tokens: Positive | None = Field(
+    prompt_tokens: ContextTokens | None = Field(
         default=None, description="with output_tokens: the cache-reuse example"
     )
-    output_tokens: Positive | None = None
+    output_tokens: ContextTokens | None = None
 
 
 class KvCacheOut(BaseModel):
@@ -252,8 +258,9 @@ class RecommendRequestBody(PlanSettings):
     model: RefName | InlineModel
     gpu: RefName | InlineGpu
     workload: WorkloadIn
-    tensor_parallel_sizes: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+    tensor_parallel_sizes: list[ParallelSize] | None = Field(
         default=None,
+        max_length=16,
         description="candidates (default: powers of two up to 8 that divide the attention heads)",
     )
 
@@ -309,13 +316,18 @@ class RecommendationOut(BaseModel):
 class SweepRequestBody(PlanSettings):
     model: RefName | InlineModel
     workload: WorkloadIn
-    gpus: list[RefName] | None = Field(default=None, description="catalog GPUs to consider (default: all)")
-    tensor_parallel_sizes: list[Annotated[int, Field(ge=1, le=1024)]] | None = None
+    gpus: list[RefName] | None = Field(
+        default=None, max_length=256, description="catalog GPUs to consider (default: all)"
+    )
+    # Each list multiplies the options a sweep plans: bounded so one request stays cheap.
+    tensor_parallel_sizes: list[ParallelSize] | None = Field(default=None, max_length=16)
     kv_cache_dtypes: list[Annotated[str, StringConstraints(max_length=32)]] = Field(
-        default_factory=lambda: ["auto", "fp8"]
+        default_factory=lambda: ["auto", "fp8"], max_length=16
     )
     quantizations: list[Annotated[str, StringConstraints(max_length=32)] | None] = Field(
-        default_factory=lambda: [None, "fp8", "awq"], description="null = the checkpoint's own precision"
+        default_factory=lambda: [None, "fp8", "awq"],
+        max_length=16,
+        description="null = the checkpoint's own precision",
     )
     limit: Annotated[int, Field(ge=1, le=10_000)] = 50
 

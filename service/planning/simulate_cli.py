@@ -192,8 +192,8 @@ def simulate_command(
             for level in levels
         ]
         if as_json:
-            document = [{"max_concurrency": level, "result": out.result.model_dump()} for level, out in curve]
-            sys.stdout.write(json.dumps(document, indent=2) + "\n")
+            points = [{"max_concurrency": level, "result": out.result.model_dump()} for level, out in curve]
+            sys.stdout.write(json.dumps(points, indent=2) + "\n")
             return
         from rich.console import Console
 

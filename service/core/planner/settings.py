@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from service.core.bounds import check_request_ranges
 from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
 from service.core.engines import EngineProfile, resolve_engine
 from service.core.errors import InvalidSpec
@@ -251,6 +252,7 @@ def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
         value = getattr(request, name)
         if value is not None and value < 1:
             raise InvalidSpec("must be ≥ 1", field=name)
+    check_request_ranges(request)
 
 
 def _is_blackwell(gpu: GpuSpec | None) -> bool:
