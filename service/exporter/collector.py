@@ -350,8 +350,8 @@ def render_metrics(
     observations: Mapping[DeploymentKey, DeploymentObservation],
     self_metrics: SelfMetrics | None = None,
     admission: AdmissionMetrics | None = None,
-    latency: Mapping[DeploymentKey, PredictedLatency] | None = None,
     service: ServiceMetrics | None = None,
+    latency: Mapping[DeploymentKey, PredictedLatency] | None = None,
 ) -> bytes:
     """The text exposition of everything above, from a fresh registry (serve with ``CONTENT_TYPE``); with
     ``service``, kvcap's own HTTP, TLS, catalog, build and process metrics too."""

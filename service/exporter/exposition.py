@@ -97,7 +97,7 @@ class ExpositionCache:
             ):
                 return current
             blocks = family_blocks(
-                render_metrics(predictions, observations, SelfMetrics(), AdmissionMetrics(), latency)
+                render_metrics(predictions, observations, SelfMetrics(), AdmissionMetrics(), latency=latency)
             )
             current = _Rendered(
                 predictions,
