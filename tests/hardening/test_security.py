@@ -275,6 +275,13 @@ async def test_the_token_free_posts_change_nothing(secured: httpx.AsyncClient) -
         "/v1/plans": {"model": "llama-3.1-8b", "gpu": "l4"},
         "/v1/plans/recommend": {"model": "llama-3.1-8b", "gpu": "l4", "workload": workload},
         "/v1/plans/sweep": {"model": "llama-3.1-8b", "workload": workload},
+        "/v1/simulations": {
+            "model": "llama-3.1-8b",
+            "gpu": "l4",
+            "max_model_len": 4096,
+            "benchmark": {"num_prompts": 8, "random_input_len": 128, "random_output_len": 16},
+        },
+        "/v1/checks": {"manifest": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"},
     }
 
     async def state() -> list[Any]:

@@ -212,11 +212,39 @@ def test_the_page_draws_what_the_api_answers(server: str, watched: Watched, gpu:
     assert float(first.get_attribute("data-y") or 0) == simulated["result"]["median_tpot_ms"]
     assert page.locator("#load-tpot-svg line.slo").get_attribute("data-slo") == "50"
 
-    # GPU comparison: the sweep's ranking, cheapest first.
-    rows = page.locator("#compare-table tr.feasible").all()
-    assert rows
-    costs = [float(r.get_attribute("data-cost") or "inf") for r in rows if r.get_attribute("data-cost")]
-    assert costs == sorted(costs)
+    # GPU comparison: the sweep's ranking, row for row (the page sends the plan fields and the workload).
+    sweep = httpx.post(
+        f"{server}/v1/plans/sweep",
+        json={
+            "model": "llama-3.1-8b",
+            "max_model_len": 8192,
+            "limit": 40,
+            "workload": {
+                "requests_per_second": 5,
+                "prompt_tokens": 1024,
+                "output_tokens": 256,
+                "ttft_p95_seconds": 2.0,
+                "tpot_seconds": 0.05,
+            },
+        },
+        timeout=120,
+    ).json()
+    shown = [
+        (r.get_attribute("data-gpu"), r.get_attribute("data-cost"))
+        for r in page.locator("#compare-table tr[data-gpu]").all()
+    ]
+    expected = [
+        (
+            o["gpu"],
+            ""
+            if o["cost_per_million_output_tokens_usd"] is None
+            else str(o["cost_per_million_output_tokens_usd"]),
+        )
+        for o in sweep["options"]
+    ]
+    assert [g for g, _ in shown] == [g for g, _ in expected]
+    assert all(float(a or 0) == float(b or 0) for (_, a), (_, b) in zip(shown, expected, strict=True))
+    assert page.locator("#compare-table tr.feasible").count() >= 1
     assert page.locator("#recommended").get_attribute("data-replicas") is not None
     assert watched.problems == []
 

@@ -191,7 +191,7 @@ def test_a_plan_that_does_not_fit_is_refused() -> None:
 
 
 def test_closed_form_matches_step_by_step_under_v0_scheduling() -> None:
-    request = _request(engine="vllm-0.10", max_model_len=2048)
+    request = _request(engine="vllm-0.10-v0", max_model_len=2048)
     spec = BenchmarkSpec(num_prompts=60, random_input_len=300, random_output_len=80, request_rate=15.0)
     fast = simulate(request, spec, coefficients=COEFFS)
     slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
