@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, field_validator
-from starlette.types import ASGIApp, Receive, Scope, Send
+
+if TYPE_CHECKING:  # the CLI validates schemas offline without loading the web stack
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 # C0 controls except TAB, LF and CR; DEL; C1 controls; UTF-16 surrogates (never valid in UTF-8).
 _FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
