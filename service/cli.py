@@ -6,7 +6,6 @@ or an environment problem (unreadable file, database unreachable).
 
 from __future__ import annotations
 
-import json
 import shutil
 import ssl
 import sys
@@ -243,31 +242,19 @@ def plan(
     from service.catalog.builtin import builtin_snapshot
     from service.core.errors import CoreError
     from service.errors import ServiceError
-    from service.planning.schemas import InlineGpu, InlineModel, PlanRequestBody, PlanResponse
+    from service.planning.cli_args import FlagError, max_model_len_value, model_reference
+    from service.planning.schemas import InlineGpu, PlanRequestBody, PlanResponse
     from service.planning.service import make_plan
     from service.render import render_capacity_curve, render_plan
 
-    if (model is None) == (hf_config is None):
-        raise _fail("give exactly one of --model or --hf-config")
-    model_ref: str | InlineModel
-    if hf_config is not None:
-        try:
-            config = json.loads(hf_config.read_text())
-        except (OSError, ValueError) as exc:
-            raise _fail(f"cannot read {hf_config}: {exc}") from None
-        model_ref = InlineModel(hf_config=config, num_parameters=num_parameters)
-    else:
-        assert model is not None
-        model_ref = model
+    try:
+        model_ref = model_reference(model, hf_config, num_parameters)
+        length = max_model_len_value(max_model_len)
+    except FlagError as exc:
+        raise _fail(str(exc)) from None
     gpu_ref: str | InlineGpu | None = gpu
     if gpu_memory_bytes is not None:
         gpu_ref = InlineGpu(memory_bytes=gpu_memory_bytes, name=gpu or "custom")
-    length: int | str | None = max_model_len
-    if max_model_len is not None and max_model_len != "auto":
-        try:
-            length = int(max_model_len.replace(",", "").replace("_", ""))
-        except ValueError:
-            raise _fail(f"--max-model-len must be an integer or 'auto', got {max_model_len!r}") from None
     fields: dict[str, object] = {
         "model": model_ref,
         "gpu": gpu_ref,

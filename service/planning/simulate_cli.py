@@ -107,20 +107,13 @@ def simulate_command(
     ] = None,
 ) -> None:
     """Predict what `vllm bench serve` measures for a model on a GPU. Exit 2 for bad input."""
-    if (model is None) == (hf_config is None):
-        raise _fail("give exactly one of --model or --hf-config")
-    model_ref: Any = model
-    if hf_config is not None:
-        try:
-            model_ref = {"hf_config": json.loads(hf_config.read_text()), "num_parameters": num_parameters}
-        except (OSError, ValueError) as exc:
-            raise _fail(f"cannot read {hf_config}: {exc}") from None
-    length: int | str | None = max_model_len
-    if max_model_len is not None and max_model_len != "auto":
-        try:
-            length = int(max_model_len.replace(",", "").replace("_", ""))
-        except ValueError:
-            raise _fail(f"--max-model-len must be an integer or 'auto', got {max_model_len!r}") from None
+    from service.planning.cli_args import FlagError, max_model_len_value, model_reference
+
+    try:
+        model_ref = model_reference(model, hf_config, num_parameters)
+        length = max_model_len_value(max_model_len)
+    except FlagError as exc:
+        raise _fail(str(exc)) from None
     try:
         rate = _rate(request_rate)
     except typer.BadParameter as exc:

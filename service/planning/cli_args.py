@@ -1,0 +1,42 @@
+"""The plan flags shared by ``kvcap plan`` and ``kvcap simulate``, read the same way for both.
+
+Standard library only, so a command that has not run yet pays nothing for it. Each reader raises ``FlagError``
+with the message the command prints (with its own prefix) before exiting 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class FlagError(ValueError):
+    """A flag value that cannot be used; ``str(exc)`` names the flag."""
+
+
+def model_reference(
+    model: str | None, hf_config: Path | None, num_parameters: int | None
+) -> str | dict[str, Any]:
+    """``--model`` as given, or ``--hf-config`` as ``{"hf_config": …, "num_parameters": …}`` (the API's inline
+    model); exactly one of the two."""
+    if (model is None) == (hf_config is None):
+        raise FlagError("give exactly one of --model or --hf-config")
+    if hf_config is None:
+        assert model is not None
+        return model
+    try:
+        config = json.loads(hf_config.read_text())
+    except (OSError, ValueError) as exc:
+        raise FlagError(f"cannot read {hf_config}: {exc}") from None
+    return {"hf_config": config, "num_parameters": num_parameters}
+
+
+def max_model_len_value(text: str | None) -> int | str | None:
+    """``--max-model-len``: tokens (``131,072`` and ``131_072`` read as 131072) or ``auto``."""
+    if text is None or text == "auto":
+        return text
+    try:
+        return int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise FlagError(f"--max-model-len must be an integer or 'auto', got {text!r}") from None
