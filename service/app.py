@@ -76,8 +76,7 @@ async def start_catalog(app: FastAPI) -> None:
             "catalog not readable from the database (%s); serving the built-in catalog", type(exc).__name__
         )
         return
-    if not snapshot.models and not snapshot.gpus:
-        holder.replace(builtin_snapshot())
+    if snapshot.source == "builtin":  # the database's catalog is empty: reload serves the built-in one
         logger.warning(
             "the database catalog is empty (run `kvcap catalog load`); serving the built-in catalog"
         )

@@ -130,8 +130,14 @@ class CatalogHolder:
         self.generation += 1
 
     async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> CatalogSnapshot:
+        """Read the database's catalog; an empty one (``kvcap catalog load`` never ran) means the built-in
+        catalog, at start-up and on every periodic refresh alike."""
         async with sessionmaker() as session:
             snapshot = await read_snapshot(session)
+        if not snapshot.models and not snapshot.gpus:
+            from service.catalog.builtin import builtin_snapshot  # builtin imports this module
+
+            snapshot = builtin_snapshot()
         self.replace(snapshot)
         self.last_error = None
         return snapshot

@@ -239,3 +239,26 @@ async def test_healthz_and_readyz(client: httpx.AsyncClient) -> None:
     ready = await client.get("/readyz")
     assert ready.status_code == 200
     assert ready.json()["database"] == "ok"
+
+
+async def test_a_periodic_reload_of_an_empty_database_catalog_keeps_serving_the_builtin_one(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> None:
+    # `kvcap serve` before `kvcap catalog load`: start-up serves the built-in catalog, and so must every refresh
+    # after it (an empty snapshot would turn every plan into "unknown model").
+    from sqlalchemy import delete
+
+    from service.catalog.builtin import builtin_snapshot
+    from service.catalog.orm import GpuEntry, ModelEntry
+    from service.catalog.snapshot import CatalogHolder
+
+    async with sessionmaker() as session:
+        await session.execute(delete(ModelEntry))
+        await session.execute(delete(GpuEntry))
+        await session.commit()
+    holder = CatalogHolder(builtin_snapshot())
+    generation = holder.generation
+    snapshot = await holder.reload(sessionmaker)
+    assert snapshot.source == "builtin"
+    assert "llama-3.1-8b" in holder.snapshot.models and "l4" in holder.snapshot.gpus
+    assert holder.generation == generation  # same content: caches stay warm
