@@ -196,6 +196,8 @@ def describe(plan: PlanSummary) -> str:
         and plan.context_tokens != plan.max_model_len
     ):
         text += f", {plan.concurrency_at_context:.2f} of {plan.context_tokens:,}"
+    if plan.requests_per_second_per_replica is not None:
+        text += f"; {plan.requests_per_second_per_replica:.2f} req/s per replica within the promised SLOs"
     return text
 
 

@@ -26,7 +26,10 @@ What is read, and where it comes from:
 * **Annotations** (on the object, falling back to its pod template): ``kvcap.io/model``, ``kvcap.io/gpu``,
   ``kvcap.io/engine``, ``kvcap.io/min-concurrency`` (concurrent requests promised *per replica*),
   ``kvcap.io/context-tokens`` (the request length that promise is about) and ``kvcap.io/skip`` (annotation or
-  label).
+  label). A **traffic promise** is checked with the serving simulator: ``kvcap.io/requests-per-second`` (the
+  whole workload's rate, shared by its replicas), ``kvcap.io/prompt-tokens`` and ``kvcap.io/output-tokens``
+  (mean lengths; 1,024 and 256 when not given), ``kvcap.io/ttft-slo-ms``, ``kvcap.io/tpot-slo-ms`` and
+  ``kvcap.io/slo-percentile`` (``p50``, ``p99`` — the default — or ``mean``).
 """
 
 from __future__ import annotations
@@ -48,9 +51,27 @@ ANNOTATION_ENGINE = "kvcap.io/engine"
 ANNOTATION_MIN_CONCURRENCY = "kvcap.io/min-concurrency"
 ANNOTATION_CONTEXT_TOKENS = "kvcap.io/context-tokens"
 ANNOTATION_SKIP = "kvcap.io/skip"
+ANNOTATION_REQUESTS_PER_SECOND = "kvcap.io/requests-per-second"
+ANNOTATION_PROMPT_TOKENS = "kvcap.io/prompt-tokens"
+ANNOTATION_OUTPUT_TOKENS = "kvcap.io/output-tokens"
+ANNOTATION_TTFT_SLO_MS = "kvcap.io/ttft-slo-ms"
+ANNOTATION_TPOT_SLO_MS = "kvcap.io/tpot-slo-ms"
+ANNOTATION_SLO_PERCENTILE = "kvcap.io/slo-percentile"
+TRAFFIC_ANNOTATIONS = (
+    ANNOTATION_REQUESTS_PER_SECOND,
+    ANNOTATION_PROMPT_TOKENS,
+    ANNOTATION_OUTPUT_TOKENS,
+    ANNOTATION_TTFT_SLO_MS,
+    ANNOTATION_TPOT_SLO_MS,
+    ANNOTATION_SLO_PERCENTILE,
+)
 
 # The largest promise kvcap checks: ``concurrent_users`` on ``/v1/plans/recommend`` has the same ceiling.
 MAX_MIN_CONCURRENCY = 10_000_000
+# The largest traffic promise (requests/s for the whole workload) and SLO (ms) kvcap checks.
+MAX_REQUESTS_PER_SECOND = 1_000_000.0
+MAX_SLO_MS = 3_600_000.0
+SLO_PERCENTILES = ("p50", "p99", "mean")
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 # Node labels that name the GPU model: the NVIDIA GPU operator's GPU feature discovery, AMD's device-plugin
@@ -106,6 +127,32 @@ class ExtractedServing:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TrafficPromise:
+    """``kvcap.io/requests-per-second`` and its SLOs: the rate the whole workload (all replicas) must sustain."""
+
+    requests_per_second: float
+    prompt_tokens: int = 1024
+    output_tokens: int = 256
+    ttft_seconds: float | None = None
+    tpot_seconds: float | None = None
+    slo_percentile: str = "p99"
+
+    @property
+    def text(self) -> str:
+        """``12 req/s of 1,024-token prompts and 256-token outputs within p99 TTFT ≤ 500 ms``."""
+        slos = []
+        if self.ttft_seconds is not None:
+            slos.append(f"TTFT ≤ {self.ttft_seconds * 1e3:g} ms")
+        if self.tpot_seconds is not None:
+            slos.append(f"TPOT ≤ {self.tpot_seconds * 1e3:g} ms")
+        within = f" within {self.slo_percentile} " + " and ".join(slos) if slos else ""
+        return (
+            f"{self.requests_per_second:g} req/s of {self.prompt_tokens:,}-token prompts and "
+            f"{self.output_tokens:,}-token outputs{within}"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExtractedWorkload:
     kind: str
     api_version: str
@@ -119,6 +166,7 @@ class ExtractedWorkload:
     engine_annotation: str | None = None
     min_concurrency: float | None = None  # promised concurrent requests per replica
     context_tokens: int | None = None  # … of this many tokens each (default: the effective max_model_len)
+    traffic: TrafficPromise | None = None  # requests/s within SLOs, checked with the serving simulator
     problems: tuple[str, ...] = ()  # malformed kvcap.io/* annotations
     notes: tuple[str, ...] = ()
 
@@ -733,6 +781,73 @@ def _promises(annotations: Mapping[str, str]) -> tuple[float | None, int | None,
     return min_concurrency, context, problems
 
 
+def _positive(raw: str, name: str, ceiling: float, what: str, problems: list[str]) -> float | None:
+    """A finite number in (0, ceiling], or None with the problem recorded (``inf``/``nan`` are problems)."""
+    try:
+        value = float(raw.strip().replace(",", "").replace("_", ""))
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= ceiling:  # NaN compares false too
+        problems.append(f"{name}: {raw[:40]!r} is not a positive number of {what} up to {ceiling:,.0f}")
+        return None
+    return value
+
+
+def _tokens(raw: str | None, name: str, default: int, problems: list[str]) -> int:
+    if raw is None:
+        return default
+    try:
+        tokens = parse_human_int(raw)
+    except ValueError:
+        tokens = 0
+    if not 1 <= tokens <= MAX_CONTEXT_TOKENS:
+        problems.append(f"{name}: {raw[:40]!r} is not a number of tokens from 1 to {MAX_CONTEXT_TOKENS:,}")
+        return default
+    return tokens
+
+
+def _traffic(annotations: Mapping[str, str]) -> tuple[TrafficPromise | None, list[str]]:
+    """The traffic promise, when ``kvcap.io/requests-per-second`` is given; SLOs alone promise nothing."""
+    problems: list[str] = []
+    raw_rate = annotations.get(ANNOTATION_REQUESTS_PER_SECOND)
+    if raw_rate is None:
+        given = [name for name in TRAFFIC_ANNOTATIONS if name in annotations]
+        if given:
+            problems.append(
+                f"{', '.join(given)} without {ANNOTATION_REQUESTS_PER_SECOND}: give the rate the SLOs are "
+                "promised at"
+            )
+        return None, problems
+    rate = _positive(
+        raw_rate, ANNOTATION_REQUESTS_PER_SECOND, MAX_REQUESTS_PER_SECOND, "requests/s", problems
+    )
+    prompt = _tokens(annotations.get(ANNOTATION_PROMPT_TOKENS), ANNOTATION_PROMPT_TOKENS, 1024, problems)
+    output = _tokens(annotations.get(ANNOTATION_OUTPUT_TOKENS), ANNOTATION_OUTPUT_TOKENS, 256, problems)
+    slos: dict[str, float | None] = {}
+    for name in (ANNOTATION_TTFT_SLO_MS, ANNOTATION_TPOT_SLO_MS):
+        raw = annotations.get(name)
+        ms = None if raw is None else _positive(raw, name, MAX_SLO_MS, "milliseconds", problems)
+        slos[name] = None if ms is None else ms / 1e3
+    percentile = (annotations.get(ANNOTATION_SLO_PERCENTILE) or "p99").strip().lower()
+    if percentile not in SLO_PERCENTILES:
+        problems.append(
+            f"{ANNOTATION_SLO_PERCENTILE}: {percentile[:40]!r} is not one of {', '.join(SLO_PERCENTILES)}"
+        )
+    if rate is None or problems:
+        return None, problems
+    return (
+        TrafficPromise(
+            requests_per_second=rate,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            ttft_seconds=slos[ANNOTATION_TTFT_SLO_MS],
+            tpot_seconds=slos[ANNOTATION_TPOT_SLO_MS],
+            slo_percentile=percentile,
+        ),
+        problems,
+    )
+
+
 def _owner_skip(obj: Mapping[str, Any], kind: str) -> str | None:
     labels = _map(_map(obj.get("metadata")).get("labels"))
     for label, owner in _OWNER_LABELS.items():
@@ -815,6 +930,7 @@ def extract(obj: Mapping[str, Any]) -> ExtractedWorkload:
     if not servings:
         return replace(base, replicas=replicas, skip="not a vLLM workload", notes=tuple(notes))
     min_concurrency, context, problems = _promises(annotations)
+    traffic, traffic_problems = _traffic(annotations)
     return replace(
         base,
         replicas=replicas,
@@ -824,7 +940,8 @@ def extract(obj: Mapping[str, Any]) -> ExtractedWorkload:
         engine_annotation=annotations.get(ANNOTATION_ENGINE) or None,
         min_concurrency=min_concurrency,
         context_tokens=context,
-        problems=tuple(problems),
+        traffic=traffic,
+        problems=tuple(problems + traffic_problems),
         notes=tuple(notes),
     )
 

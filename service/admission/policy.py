@@ -12,7 +12,11 @@ catalog specs by value), so re-applied manifests and controller UPDATEs cost a d
 * vLLM would refuse a flag (not a number, heads not divisible by TP, ``max_model_len`` above the model's own);
 * fewer concurrent requests of ``kvcap.io/context-tokens`` tokens fit in one replica than
   ``kvcap.io/min-concurrency`` promises (or ``--max-num-seqs`` caps it lower, or the context exceeds
-  ``--max-model-len``); a malformed ``kvcap.io/*`` annotation.
+  ``--max-model-len``); a malformed ``kvcap.io/*`` annotation;
+* the replicas cannot sustain ``kvcap.io/requests-per-second`` within the promised SLOs: the serving simulator
+  (``service.core.recommend.evaluate``, the same sizing as ``/v1/plans/recommend``) finds the largest rate one
+  replica sustains with the manifest's flags, capped by the roofline; the promise needs
+  ``ceil(rate / per-replica rate)`` replicas, or no rate meets the SLOs at all.
 
 **Warn** (allowed): low headroom over the promise (below ``(1 + low_headroom_ratio) × promise``), the estimate
 band straddling the promise, KV-head replication, padding layers, idle GPUs, and anything kvcap *cannot check*:
@@ -42,6 +46,7 @@ from service.admission.extract import (
     ANNOTATION_MODEL,
     ExtractedServing,
     ExtractedWorkload,
+    TrafficPromise,
 )
 from service.catalog.resolve import ModelMatch, implied_quantization, resolve_gpu, resolve_model
 from service.catalog.snapshot import CatalogGpu, CatalogModel, CatalogSnapshot
@@ -53,6 +58,7 @@ from service.planning.schemas import PlanSettings
 from service.planning.service import build_request
 
 if TYPE_CHECKING:
+    from service.core.recommend import Option
     from service.settings import Settings
 
 Mode = Literal["enforce", "audit"]
@@ -107,6 +113,10 @@ class PlanSummary:
     context_tokens: int | None = None
     concurrency_at_context: float | None = None
     min_concurrency: float | None = None
+    requests_per_second: float | None = None  # kvcap.io/requests-per-second: the whole workload's promise
+    requests_per_second_per_replica: float | None = None  # what one replica sustains within the SLOs
+    replicas: int | None = None  # the manifest's replicas
+    replicas_needed: int | None = None  # ceil(promised rate / per-replica rate)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -312,6 +322,7 @@ class _ServingCheck:
             return
         self._plan_verdict(result, model[0].name, gpu)
         concurrency = self._promise(request, result)
+        traffic = self._traffic(request, result)
         self.summary = PlanSummary(
             container=serving.container,
             model=model[0].name,
@@ -330,6 +341,10 @@ class _ServingCheck:
             context_tokens=concurrency[0] if concurrency else None,
             concurrency_at_context=round(concurrency[1], 2) if concurrency else None,
             min_concurrency=self.workload.min_concurrency,
+            requests_per_second=self.workload.traffic.requests_per_second if self.workload.traffic else None,
+            requests_per_second_per_replica=traffic[0] if traffic else None,
+            replicas=self.workload.replicas,
+            replicas_needed=traffic[1] if traffic else None,
         )
 
     def _engine(self) -> str:
@@ -562,6 +577,53 @@ class _ServingCheck:
             )
         return context, held
 
+    def _traffic(self, request: PlanRequest, result: CapacityPlan) -> tuple[float, int] | None:
+        """Check ``kvcap.io/requests-per-second`` with the serving simulator; (per-replica rate, replicas needed)."""
+        promise = self.workload.traffic
+        if promise is None or not result.fits or result.kv_cache.num_gpu_blocks <= 0:
+            return None
+        if request.gpu is None:
+            self.cannot_check(
+                "traffic_on_cpu", "kvcap cannot check kvcap.io/requests-per-second on CPUs: it simulates GPUs"
+            )
+            return None
+        option = sustained_rate(request, result, promise)
+        what = f"promised {promise.text}"
+        if option.rejection == "cannot estimate" or (
+            option.feasible and option.requests_per_second_per_replica is None
+        ):
+            self.cannot_check(
+                "traffic_not_estimable", f"kvcap cannot check the {what}: {'; '.join(option.reasons[-1:])}"
+            )
+            return None
+        if not option.feasible:
+            self.reasons.append(f"{what} but {option.reasons[-1] if option.reasons else option.rejection}")
+            return None
+        per_replica = option.requests_per_second_per_replica
+        assert per_replica is not None
+        needed = option.replicas
+        replicas = self.workload.replicas
+        sizing = (
+            f"one replica sustains {per_replica:.2f} req/s in the serving simulator "
+            f"(max_num_seqs {option.max_num_seqs:,})"
+        )
+        if replicas is None:
+            self.warnings.append(
+                f"{what}: {sizing}, so it needs {needed:,} replicas; kvcap cannot see how many this object runs"
+            )
+        elif replicas < needed:
+            self.reasons.append(
+                f"{what} but {replicas:,} replica(s) sustain {replicas * per_replica:.2f} req/s: {sizing}; "
+                f"set replicas ≥ {needed:,}"
+            )
+        elif replicas * per_replica < (1 + self.config.low_headroom_ratio) * promise.requests_per_second:
+            self.warnings.append(
+                f"low headroom: {replicas:,} replica(s) sustain {replicas * per_replica:.2f} req/s, "
+                f"{(replicas * per_replica / promise.requests_per_second - 1) * 100:.0f}% above the promised "
+                f"{promise.requests_per_second:g} req/s ({sizing})"
+            )
+        return per_replica, needed
+
     @staticmethod
     def _at_context(request: PlanRequest, result: CapacityPlan, context: int) -> CapacityPlan:
         if context == result.settings.max_model_len:
@@ -609,6 +671,39 @@ class _ServingCheck:
         if not fixes:
             return "no single change kvcap tried keeps it; use a larger GPU"
         return "use " + " or ".join(fixes)
+
+
+@lru_cache(maxsize=256)
+def _sustained(request: PlanRequest, promise: TrafficPromise) -> Option:
+    from service.core.recommend import Search, Workload
+    from service.core.recommend import evaluate as evaluate_option
+
+    workload = Workload(
+        requests_per_second=promise.requests_per_second,
+        prompt_tokens=promise.prompt_tokens,
+        output_tokens=promise.output_tokens,
+        ttft_p95_seconds=promise.ttft_seconds,
+        tpot_seconds=promise.tpot_seconds,
+        slo_percentile=promise.slo_percentile,
+        headroom_ratio=0.0,
+    )
+    # The manifest's flags are what runs: max_num_seqs is not searched, only the rate.
+    return replace(evaluate_option(request, workload, search=Search(search_max_num_seqs=False)), plan=None)
+
+
+def sustained_rate(request: PlanRequest, result: CapacityPlan, promise: TrafficPromise) -> Option:
+    """How one replica with the manifest's settings serves the promised traffic (memoised per request)."""
+    s = result.settings
+    pinned = replace(
+        request,
+        max_model_len=s.max_model_len,
+        max_model_len_auto=False,
+        max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        block_size=s.block_size,
+        suggest=False,
+    )
+    return _sustained(pinned, promise)
 
 
 def _int(value: object, default: int) -> int:

@@ -345,3 +345,141 @@ def test_engine_annotation_overrides_the_image_tag(snapshot: CatalogSnapshot) ->
     )
     assert verdict.plans[0].engine == "vllm-0.20"
     assert judge(serving([LLAMA_8B, "--max-model-len", "8192"]), snapshot).plans[0].engine == "vllm-0.11"
+
+
+# --- traffic promises (the serving simulator) ----------------------------------------------------------------
+
+TRAFFIC_ARGS = [LLAMA_8B, "--max-model-len", "8192"]
+
+
+def simulated_rate(snapshot: CatalogSnapshot, ttft_ms: float, tpot_ms: float) -> float:
+    """The oracle: the simulator's own rate search for the manifest's flags, outside the policy."""
+    from dataclasses import replace
+
+    from service.admission.policy import cached_plan
+    from service.catalog.resolve import resolve_gpu, resolve_model
+    from service.core.serving import SloTarget, max_rate_within_slo
+    from service.planning.schemas import PlanSettings
+    from service.planning.service import build_request
+
+    model, gpu = resolve_model(snapshot, LLAMA_8B), resolve_gpu(snapshot, "NVIDIA-L4")
+    assert model is not None and gpu is not None
+    request = build_request(
+        model.model.spec,
+        gpu.spec,
+        PlanSettings.model_validate({"max_model_len": 8192, "engine": "vllm-0.11"}),
+    )
+    s = cached_plan(request).settings
+    pinned = replace(
+        request,
+        max_model_len=s.max_model_len,
+        max_model_len_auto=False,
+        max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        block_size=s.block_size,
+        suggest=False,
+        detail=False,
+    )
+    found = max_rate_within_slo(
+        pinned,
+        SloTarget(ttft_seconds=ttft_ms / 1e3, tpot_seconds=tpot_ms / 1e3, percentile="p99"),
+        prompt_tokens=1024,
+        output_tokens=256,
+        num_prompts=200,
+    )
+    return found.max_request_rate
+
+
+def traffic(rate: float, **extra: str) -> dict[str, str]:
+    return {
+        "kvcap.io/requests-per-second": f"{rate:.4f}",
+        "kvcap.io/prompt-tokens": "1024",
+        "kvcap.io/output-tokens": "256",
+        "kvcap.io/ttft-slo-ms": "2000",
+        "kvcap.io/tpot-slo-ms": "80",
+        **extra,
+    }
+
+
+def with_replicas(obj: dict[str, Any], replicas: int) -> dict[str, Any]:
+    obj["spec"]["replicas"] = replicas
+    return obj
+
+
+def test_denies_traffic_the_replicas_cannot_sustain_within_the_slos(snapshot: CatalogSnapshot) -> None:
+    one = simulated_rate(snapshot, ttft_ms=2000, tpot_ms=80)
+    assert one > 0
+    promised = 2.5 * one  # needs ceil(2.5) = 3 replicas
+    verdict = judge(with_replicas(serving(TRAFFIC_ARGS, annotations=traffic(promised)), 2), snapshot)
+    assert verdict.outcome == "denied"
+    (plan,) = verdict.plans
+    assert plan.requests_per_second_per_replica == pytest.approx(one, rel=1e-9)
+    assert (plan.replicas, plan.replicas_needed) == (2, 3)
+    assert verdict.message.startswith(
+        f"promised {promised:.4f} req/s of 1,024-token prompts and 256-token outputs within p99 TTFT ≤ 2000 ms "
+        f"and TPOT ≤ 80 ms but 2 replica(s) sustain {2 * one:.2f} req/s"
+    )
+    assert verdict.message.endswith("set replicas ≥ 3")
+
+
+def test_allows_traffic_enough_replicas_sustain(snapshot: CatalogSnapshot) -> None:
+    one = simulated_rate(snapshot, ttft_ms=2000, tpot_ms=80)
+    verdict = judge(with_replicas(serving(TRAFFIC_ARGS, annotations=traffic(2.5 * one)), 3), snapshot)
+    assert verdict.outcome == "allowed", verdict.reasons
+    assert not any("low headroom" in w for w in verdict.warnings)  # 3 × one ≥ 1.1 × 2.5 × one
+    (plan,) = verdict.plans
+    assert plan.replicas_needed == 3
+
+
+def test_warns_when_the_replicas_barely_sustain_the_traffic(snapshot: CatalogSnapshot) -> None:
+    one = simulated_rate(snapshot, ttft_ms=2000, tpot_ms=80)
+    verdict = judge(with_replicas(serving(TRAFFIC_ARGS, annotations=traffic(1.95 * one)), 2), snapshot)
+    assert verdict.outcome == "allowed", verdict.reasons
+    assert any(w.startswith("low headroom: 2 replica(s) sustain") for w in verdict.warnings)
+
+
+def test_denies_slos_no_request_rate_meets(snapshot: CatalogSnapshot) -> None:
+    # A 8B model in bf16 reads 16 GB of weights per decode step; the L4's 300 GB/s cannot do that in 1 ms.
+    verdict = judge(serving(TRAFFIC_ARGS, annotations=traffic(1, **{"kvcap.io/tpot-slo-ms": "1"})), snapshot)
+    assert verdict.outcome == "denied"
+    assert verdict.message.startswith("promised 1 req/s of 1,024-token prompts")
+    assert "time per output token" in verdict.message
+
+
+def test_traffic_longer_than_max_model_len_is_denied(snapshot: CatalogSnapshot) -> None:
+    verdict = judge(
+        serving(TRAFFIC_ARGS, annotations=traffic(1, **{"kvcap.io/prompt-tokens": "8000"})), snapshot
+    )
+    assert verdict.outcome == "denied"
+    assert "exceed max_model_len 8,192" in verdict.message
+
+
+def test_audit_mode_turns_a_traffic_denial_into_a_warning(snapshot: CatalogSnapshot) -> None:
+    one = simulated_rate(snapshot, ttft_ms=2000, tpot_ms=80)
+    verdict = judge(serving(TRAFFIC_ARGS, annotations=traffic(5 * one)), snapshot, mode="audit")
+    assert verdict.outcome == "would_deny"
+    assert any(w.startswith("would deny: promised") for w in verdict.warnings)
+
+
+def test_malformed_traffic_annotations_are_denied_with_the_annotation_named(
+    snapshot: CatalogSnapshot,
+) -> None:
+    bad = {
+        "kvcap.io/requests-per-second": "inf",
+        "kvcap.io/tpot-slo-ms": "-3",
+        "kvcap.io/slo-percentile": "p95",
+    }
+    verdict = judge(serving(TRAFFIC_ARGS, annotations=bad), snapshot)
+    assert verdict.outcome == "denied"
+    assert "kvcap.io/requests-per-second: 'inf' is not a positive number of requests/s" in verdict.message
+    assert "kvcap.io/tpot-slo-ms: '-3' is not a positive number of milliseconds" in verdict.message
+    assert "kvcap.io/slo-percentile: 'p95' is not one of p50, p99, mean" in verdict.message
+    (plan,) = verdict.plans
+    assert plan.requests_per_second is None
+
+
+def test_slos_without_a_rate_are_a_problem(snapshot: CatalogSnapshot) -> None:
+    verdict = judge(serving(TRAFFIC_ARGS, annotations={"kvcap.io/ttft-slo-ms": "500"}), snapshot)
+    assert verdict.message == (
+        "kvcap.io/ttft-slo-ms without kvcap.io/requests-per-second: give the rate the SLOs are promised at"
+    )
