@@ -227,6 +227,13 @@ def plan(
     max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager")] = False,
     device: Annotated[str, typer.Option(help="cuda, rocm or cpu")] = "cuda",
+    mamba_cache_dtype: Annotated[str | None, typer.Option(help="auto, float32, bfloat16 or float16")] = None,
+    mamba_ssm_cache_dtype: Annotated[
+        str | None, typer.Option(help="auto, float32, bfloat16 or float16")
+    ] = None,
+    cpu_avx512_bf16: Annotated[
+        bool, typer.Option(help="--device cpu: the host has AVX512-BF16 (SSM state then float32)")
+    ] = True,
     prompt_tokens: Annotated[
         int | None, typer.Option(help="with --output-tokens: K/V projection counts")
     ] = None,
@@ -272,6 +279,9 @@ def plan(
         "max_num_batched_tokens": max_num_batched_tokens,
         "enforce_eager": enforce_eager,
         "device": device,
+        "mamba_cache_dtype": mamba_cache_dtype,
+        "mamba_ssm_cache_dtype": mamba_ssm_cache_dtype,
+        "cpu_avx512_bf16": cpu_avx512_bf16,
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
     }

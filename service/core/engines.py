@@ -95,6 +95,13 @@ class EngineProfile:
     block_size_choices: tuple[int, ...] | None = None  # --block-size argparse choices (None: not checked)
     auto_dtype_keeps_bf16: bool = False  # dtype "auto" keeps a bf16 config even on GPUs without bf16 (≤ 0.7)
     checks_quantization_capability: bool = False  # the loader's minimum-capability table was read (≤ 0.7)
+    cpu_fp32_ssm_state: bool = False  # CPU on AVX512-BF16 hosts: an auto SSM state is kept in float32 (0.32+)
+    mamba_prefill_checkpoint: bool = (
+        False  # Mamba2 mixers hold a prefill checkpoint page in align mode (0.32+)
+    )
+    cpu_kernel_block_multiple: int | None = (
+        None  # CPU attention kernels take multiples of this block (32, 0.32+)
+    )
 
     @property
     def label(self) -> str:
@@ -250,6 +257,9 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         block_size_choices=_v0_block_size_choices(release) if rules < V1_DEFAULT_SINCE else None,
         auto_dtype_keeps_bf16=rules < V1_DEFAULT_SINCE,
         checks_quantization_capability=rules < V1_DEFAULT_SINCE,
+        cpu_fp32_ssm_state=_v(rules, (0, 32)),
+        mamba_prefill_checkpoint=_v(rules, (0, 32)),
+        cpu_kernel_block_multiple=32 if _v(rules, (0, 32)) else None,
     )
 
 

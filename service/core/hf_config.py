@@ -81,6 +81,8 @@ _LAYER_TYPE_NAMES: dict[str, LayerType] = {
     "mamba2": LayerType.MAMBA,
 }
 
+_PATTERN_KINDS = {"M": LayerType.MAMBA, "*": LayerType.FULL, "-": LayerType.MLP, "E": LayerType.MLP}
+
 _MLA_MODEL_TYPES = frozenset(
     {"deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear"}
 )
@@ -234,11 +236,17 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
                 )
             listed.append(LayerType.MLA if is_mla and kind is LayerType.FULL else kind)
         return tuple(listed), "layer kinds from layer_types"
-    if r.raw("hybrid_override_pattern") is not None:
-        raise ConfigError(
-            "per-layer MLP-only blocks are not supported yet; give layer_types",
-            field="hybrid_override_pattern",
-        )
+    pattern = r.raw("hybrid_override_pattern")
+    if pattern is not None:
+        # Nemotron-H (vllm/model_executor/models/nemotron_h.py, ALL_DECODER_LAYER_TYPES): one block per character,
+        # M = Mamba2 mixer, * = attention, - = MLP, E = MoE; only M and * layers register with the KV cache.
+        if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set(_PATTERN_KINDS):
+            raise ConfigError(
+                f"must be a string of {layers} characters from M, *, - and E (one per layer)",
+                field="hybrid_override_pattern",
+            )
+        kinds = tuple(_PATTERN_KINDS[c] for c in pattern)
+        return kinds, "hybrid_override_pattern: M Mamba2, * attention, - MLP and E MoE blocks (no cache)"
     if is_mla:
         return (LayerType.MLA,) * layers, "MLA attention in every layer"
     if model_type == "gemma2":
@@ -298,7 +306,14 @@ def _intermediate_size(r: _Reader) -> tuple[int | None, str]:
     return r.int_("intermediate_size", "ffn_hidden_size", "n_inner"), ""
 
 
-def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...]) -> StateSpec | None:
+def _nemotron_ssm_dtype(r: _Reader) -> str:
+    """``NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype`` (vllm/model_executor/models/config.py, 0.32):
+    an ``auto`` SSM cache takes the config's ``mamba_ssm_cache_dtype``, else float32."""
+    value = r.raw("mamba_ssm_cache_dtype")
+    return str(value) if isinstance(value, str) and value != "auto" else "float32"
+
+
+def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: str) -> StateSpec | None:
     if LayerType.LINEAR in kinds:
         return StateSpec(
             kind="gated_delta_net",
@@ -314,7 +329,9 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...]) -> StateSpec |
     if num_heads is not None:
         head_dim = r.int_("mamba_d_head", "mamba_head_dim", required=True) or 0
         expand = r.int_("mamba_expand", "expand")
-        inner = expand * hidden if expand else num_heads * head_dim
+        # Nemotron-H sizes the mixer by its heads (mamba_num_heads × mamba_head_dim); Mamba2, Granite 4.0 and
+        # Falcon-H1 by expand × hidden_size (each model's get_mamba_state_shape_from_config, vLLM 0.32).
+        inner = num_heads * head_dim if model_type == "nemotron_h" or not expand else expand * hidden
         return StateSpec(
             kind="mamba2",
             conv_kernel=r.int_("mamba_d_conv", "conv_kernel", required=True) or 4,
@@ -323,6 +340,7 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...]) -> StateSpec |
             state_size=r.int_("mamba_d_state", "ssm_state_size", "state_size", required=True) or 0,
             num_heads=num_heads,
             head_dim=head_dim,
+            ssm_dtype=_nemotron_ssm_dtype(r) if model_type == "nemotron_h" else None,
         )
     expand = r.int_("mamba_expand", "expand", required=True) or 2
     return StateSpec(
@@ -470,12 +488,15 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     else:
         notes.append("no torch_dtype in config: assuming bfloat16")
 
-    state = _state(r, hidden, kinds)
+    state = _state(r, hidden, kinds, model_type)
     max_len, len_note = derive_max_model_len(r, model_type)
     if len_note:
         notes.append(len_note)
 
-    num_experts = r.int_("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    # 0 experts is a dense model (Granite 4.0 hybrid micro publishes num_local_experts 0 with a shared MLP).
+    num_experts = (
+        r.int_("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", minimum=0) or None
+    )
     moe_inter = r.int_("moe_intermediate_size")
     shared_inter = r.int_("shared_expert_intermediate_size")
     n_shared = r.int_("n_shared_experts", "num_shared_experts")

@@ -47,6 +47,7 @@ class LayerKvSpec:
     window_tokens: int | None = None  # sliding window or attention chunk
     state_bytes: int = 0  # Mamba/linear: conv + SSM state of one request
     padded_state_bytes: int | None = None
+    prefill_checkpoint: bool = False  # Mamba2 mixers keep one prefill checkpoint page in align mode (0.32+)
     # Derived once (specs are hashed and queried in tight loops by sweeps): see __post_init__.
     bytes_per_token: int = field(init=False, compare=False, default=0)
     page_size_bytes: int = field(init=False, compare=False, default=0)
@@ -81,7 +82,9 @@ class LayerKvSpec:
         checkpoint of the state, vLLM's ``mamba_cache_mode="align"``).
         """
         if self.is_state:
-            return state_pages
+            # MambaSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py, 0.32): align mode holds
+            # 2 + num_prefill_checkpoint_blocks pages, and MambaMixer2 asks for one checkpoint block.
+            return state_pages + (1 if self.prefill_checkpoint and state_pages > 1 else 0)
         if self.kind is LayerType.SLIDING:
             assert self.window_tokens is not None
             tokens = min(self.window_tokens - 1 + in_flight_tokens, max_model_len)
@@ -143,11 +146,14 @@ def layer_spec_counts(
     layers: range | None = None,
     mla_dtype_bytes_override: int | None = None,
     model_dtype: str | None = None,
+    mamba_prefill_checkpoint: bool = False,
 ) -> tuple[tuple[LayerKvSpec, int], ...]:
     """Distinct ``LayerKvSpec`` of a rank's cached layers with how many layers use each.
 
     ``layers`` is the index range a pipeline stage owns. Layers that read another layer's KV
-    (``num_kv_shared_layers``, Gemma 3n: the last N layers) cost nothing and are left out.
+    (``num_kv_shared_layers``, Gemma 3n: the last N layers) cost nothing and are left out, as do MLP-only
+    blocks (Nemotron-H), which register no attention or Mamba layer with the cache.
+    ``mamba_prefill_checkpoint``: the release gives Mamba2 mixers a prefill checkpoint page in align mode.
     """
     if block_size <= 0:
         raise InvalidSpec("must be positive", field="block_size")
@@ -166,11 +172,12 @@ def layer_spec_counts(
                     block_size=block_size,
                     tensor_parallel_size=tensor_parallel_size,
                     mla_dtype_bytes_override=mla_dtype_bytes_override,
+                    mamba_prefill_checkpoint=mamba_prefill_checkpoint,
                 ),
                 count,
             )
             for kind, count in kinds.items()
-            if count
+            if count and kind is not LayerType.MLP  # MLP-only blocks have no KV-cache spec
         ]
     )
 
@@ -203,6 +210,7 @@ def _layer_spec(
     block_size: int,
     tensor_parallel_size: int,
     mla_dtype_bytes_override: int | None,
+    mamba_prefill_checkpoint: bool = False,
 ) -> LayerKvSpec:
     if kind.is_state:
         assert model.state is not None
@@ -212,6 +220,7 @@ def _layer_spec(
             state_bytes=state_bytes(
                 model.state, tensor_parallel_size=tensor_parallel_size, model_dtype=model.torch_dtype
             ),
+            prefill_checkpoint=mamba_prefill_checkpoint and model.state.kind == "mamba2",
         )
     if kind is LayerType.MLA:
         assert model.kv_lora_rank is not None and model.qk_rope_head_dim is not None

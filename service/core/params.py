@@ -111,6 +111,9 @@ def estimate_num_parameters(p: ParameterInputs) -> int:
     embed = p.vocab_size * p.hidden_size
     lm_head = 0 if p.tie_word_embeddings else embed
     total = embed + lm_head + p.hidden_size  # final norm
+    # Models that list MLP-only blocks (Nemotron-H's hybrid_override_pattern) have one mixer or one MLP per
+    # block, each with a single norm; elsewhere every layer has both and two norms.
+    separate_mlp_blocks = LayerType.MLP in layer_types
     for index, kind in enumerate(layer_types):
         if kind.is_attention:
             mixer = attention_parameters(p, kind)
@@ -118,5 +121,8 @@ def estimate_num_parameters(p: ParameterInputs) -> int:
             mixer = state_parameters(p, p.state)
         else:
             mixer = 0
-        total += mixer + mlp_parameters(p, index) + 2 * p.hidden_size
+        if separate_mlp_blocks:
+            total += (mlp_parameters(p, index) if kind is LayerType.MLP else mixer) + p.hidden_size
+        else:
+            total += mixer + mlp_parameters(p, index) + 2 * p.hidden_size
     return total

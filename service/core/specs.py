@@ -26,6 +26,7 @@ class LayerType(StrEnum):
     MLA = "mla"  # MLAAttentionSpec: one latent head (kv_lora_rank + qk_rope_head_dim), never split by TP
     MAMBA = "mamba"  # MambaSpec: constant SSM + conv state per request
     LINEAR = "linear_attention"  # MambaSpec-shaped constant state (gated DeltaNet and friends)
+    MLP = "mlp"  # an MLP- or MoE-only block (Nemotron-H's "-" and "E"): no attention, no state, no cache
 
     @property
     def is_attention(self) -> bool:

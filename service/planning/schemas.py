@@ -75,6 +75,17 @@ class PlanSettings(Schema):
     enforce_eager: bool = False
     async_scheduling: bool | None = None
     device: Literal["cuda", "rocm", "cpu"] = "cuda"
+    mamba_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
+        default=None,
+        description="--mamba-cache-dtype: Mamba/linear-attention conv state (auto: the model dtype)",
+    )
+    mamba_ssm_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(
+        default=None, description="--mamba-ssm-cache-dtype: the SSM state (auto: the model's default)"
+    )
+    cpu_avx512_bf16: bool = Field(
+        default=True,
+        description="device cpu: the host has AVX512-BF16 (vLLM 0.32+ then keeps SSM state in float32)",
+    )
     engine: Annotated[str, StringConstraints(max_length=32)] | None = Field(
         default=None,
         description=(

@@ -109,6 +109,9 @@ def build_request(
         enforce_eager=settings.enforce_eager,
         async_scheduling=settings.async_scheduling,
         device=settings.device,
+        mamba_cache_dtype=settings.mamba_cache_dtype,
+        mamba_ssm_cache_dtype=settings.mamba_ssm_cache_dtype,
+        cpu_avx512_bf16=settings.cpu_avx512_bf16,
         **extra,
     )
 

@@ -16,7 +16,9 @@ import pytest
 from service.core.hf_config import parse_hf_config
 from service.core.planner import PlanRequest, plan
 
-CASES = sorted((Path(__file__).resolve().parents[1] / "data" / "vllm_recorded").glob("*.json"))
+RECORDS = sorted((Path(__file__).resolve().parents[1] / "data" / "vllm_recorded").glob("*.json"))
+CASES = [p for p in RECORDS if json.loads(p.read_text()).get("started", True)]
+REFUSED = [p for p in RECORDS if p not in CASES]
 
 
 def _flag(args: list[str], flag: str) -> str | None:
@@ -43,12 +45,15 @@ def request_for(case: dict[str, Any]) -> PlanRequest:
         tensor_parallel_size=_int_flag(args, "--tensor-parallel-size") or 1,
         max_num_batched_tokens=_int_flag(args, "--max-num-batched-tokens"),
         max_num_seqs=_int_flag(args, "--max-num-seqs"),
+        mamba_cache_dtype=_flag(args, "--mamba-cache-dtype"),
+        mamba_ssm_cache_dtype=_flag(args, "--mamba-ssm-cache-dtype"),
+        cpu_avx512_bf16=case.get("host", {}).get("avx512_bf16", True),
     )
 
 
 def test_there_are_recorded_cases_for_every_layer_kind() -> None:
     ids = {path.stem for path in CASES}
-    assert len(CASES) >= 15
+    assert len(CASES) >= 25
     for needed in (
         "llama-mha",
         "llama-gqa",
@@ -58,8 +63,15 @@ def test_there_are_recorded_cases_for_every_layer_kind() -> None:
         "gemma3-hybrid-6l",
         "deepseek-v2-mla",
         "qwen3-next-hybrid",
+        "granite-hybrid-mamba2",
+        "nemotron-h-hybrid",
+        "llama4-chunked",
+        "gemma3n-kv-shared",
+        "llama-gqa-lora",
+        "llama-gqa-ngram",
     ):
         assert needed in ids
+    assert {p.stem for p in REFUSED} >= {"llama-gqa-block16-refused", "llama-gqa-maxlen-refused"}
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
@@ -72,3 +84,37 @@ def test_block_counts_equal_what_vllm_reported(path: Path) -> None:
     assert kv.kv_cache_size_tokens == reported["kv_cache_size_tokens"]
     assert kv.max_concurrency == pytest.approx(reported["max_concurrency"], rel=1e-12)
     assert int(case["cache_config_info"]["num_gpu_blocks"]) == reported["num_gpu_blocks"]
+
+
+# vLLM's own words for each refusal, as the record's root-cause line has them; kvcap must say the same.
+REFUSAL_PHRASES = {
+    "No common block size for": "block_size_unsupported",
+    "To serve at least one request with the model's max seq len": "max_model_len_exceeds_kv_cache",
+}
+
+
+@pytest.mark.parametrize("path", REFUSED, ids=[p.stem for p in REFUSED])
+def test_refused_start_ups_are_predicted_not_to_start_with_vllms_reason(path: Path) -> None:
+    case = json.loads(path.read_text())
+    phrase = next((p for p in REFUSAL_PHRASES if p in case["error"]), None)
+    assert phrase is not None, f"no known refusal in {case['error']!r}"
+    result = plan(request_for(case))
+    assert not result.fits
+    assert any(phrase in m.text for m in result.errors), [m.text for m in result.errors]
+
+
+PADDED = [
+    p
+    for p in CASES
+    if any("Padding mamba page size by" in line for line in json.loads(p.read_text())["log_lines"])
+]
+
+
+@pytest.mark.parametrize("path", PADDED, ids=[p.stem for p in PADDED])
+def test_mamba_page_padding_equals_what_vllm_logged(path: Path) -> None:
+    """The padding percentage pins the state's bytes (and so its dtypes), not only the block count."""
+    case = json.loads(path.read_text())
+    logged = next(line for line in case["log_lines"] if "Padding mamba page size by" in line)
+    percent = logged.split("Padding mamba page size by ")[1].split("%")[0]
+    notes = [m.text for m in plan(request_for(case)).messages if "padded by" in m.text]
+    assert any(f"padded by {percent}%" in note for note in notes), notes

@@ -54,6 +54,8 @@ class Case:
     kv_cache_memory_bytes: int | None = None
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    draft_config: dict[str, Any] | None = None  # a second weightless model; "{draft}" in extra_args names it
+    expect_refusal: bool = False  # vLLM is expected to refuse to start: the record keeps its error
 
     @property
     def vocab_size(self) -> int:
@@ -314,6 +316,162 @@ def qwen3_next(layers: int = 4) -> dict[str, Any]:
     }
 
 
+def granite_hybrid(layer_types: list[str]) -> dict[str, Any]:
+    """Granite 4.0 hybrid (GraniteMoeHybrid): Mamba2 layers with a few attention layers, dense MLP."""
+    return {
+        "architectures": ["GraniteMoeHybridForCausalLM"],
+        "model_type": "granitemoehybrid",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "shared_intermediate_size": 512,
+        "num_local_experts": 0,
+        "num_experts_per_tok": 0,
+        "num_hidden_layers": len(layer_types),
+        "layer_types": layer_types,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 32,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 64,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 256,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+        "position_embedding_type": "nope",
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "attention_multiplier": 0.0078125,
+        "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22,
+        "logits_scaling": 8.0,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def nemotron_h(pattern: str) -> dict[str, Any]:
+    """Nemotron-H: ``hybrid_override_pattern`` M = Mamba2, * = attention, - = MLP only (no cache)."""
+    return {
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": len(pattern),
+        "hybrid_override_pattern": pattern,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 32,
+        "n_groups": 1,
+        "ssm_state_size": 64,
+        "conv_kernel": 4,
+        "expand": 1,
+        "chunk_size": 256,
+        "use_conv_bias": True,
+        "use_bias": False,
+        "mlp_bias": False,
+        "mlp_hidden_act": "relu2",
+        "mamba_hidden_act": "silu",
+        "layer_norm_epsilon": 1e-5,
+        "residual_in_fp32": False,
+        "rescale_prenorm_residual": True,
+        "max_position_embeddings": 8192,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def llama4_text(layers: int = 4, chunk: int = 256) -> dict[str, Any]:
+    """Llama 4 text: chunked local attention on RoPE layers, every 4th layer NoPE (``no_rope_layers`` empty)."""
+    return {
+        "architectures": ["Llama4ForCausalLM"],
+        "model_type": "llama4_text",
+        "hidden_size": 256,
+        "intermediate_size": 256,
+        "intermediate_size_mlp": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1,
+        "attention_chunk_size": chunk,
+        "no_rope_layers": [],
+        "no_rope_layer_interval": 4,
+        "use_qk_norm": True,
+        "attn_temperature_tuning": True,
+        "floor_scale": 8192,
+        "attn_scale": 0.1,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def gemma3n_text(layers: int = 6, shared: int = 2) -> dict[str, Any]:
+    """Gemma 3n text: sliding/full pattern, the last ``num_kv_shared_layers`` layers reuse earlier KV."""
+    return {
+        "architectures": ["Gemma3nForCausalLM"],
+        "model_type": "gemma3n_text",
+        "hidden_size": 128,
+        "hidden_size_per_layer_input": 16,
+        "intermediate_size": [256] * layers,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "num_kv_shared_layers": shared,
+        "layer_types": ["full_attention" if (i + 1) % 3 == 0 else "sliding_attention" for i in range(layers)],
+        "sliding_window": 256,
+        "activation_sparsity_pattern": [0.0] * layers,
+        "altup_active_idx": 0,
+        "altup_coef_clip": 120.0,
+        "altup_correct_scale": True,
+        "altup_num_inputs": 4,
+        "laurel_rank": 16,
+        "final_logit_softcapping": 30.0,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": None,
+        "vocab_size": 1024,
+        "vocab_size_per_layer_input": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
 CASES: list[Case] = [
     Case(
         "llama-mha",
@@ -460,6 +618,79 @@ CASES: list[Case] = [
         extra_args=("--tensor-parallel-size", "2"),
         env={"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
     ),
+    # --- newer families --------------------------------------------------------------------------------------
+    Case(
+        "granite-hybrid-mamba2",
+        "Granite 4.0 hybrid: 3 Mamba2 layers (8 heads × 32, state 64, 1 group, conv 4) : 1 attention layer.",
+        granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "nemotron-h-hybrid",
+        "Nemotron-H, pattern M-M*- : 2 Mamba2 layers, 1 attention layer, 3 MLP-only layers (no cache).",
+        nemotron_h("M-M*-"),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "llama4-chunked",
+        "Llama 4 text, 4 layers: chunked attention (256) on the 3 RoPE layers, full attention on the NoPE one.",
+        llama4_text(4, 256),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma3n-kv-shared",
+        "Gemma 3n text, 6 layers (sliding 256 / full every 3rd), the last 2 layers share earlier layers' KV.",
+        gemma3n_text(6, 2),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    # --- serving features ------------------------------------------------------------------------------------
+    Case(
+        "llama-gqa-lora",
+        "Case llama-gqa with --enable-lora --max-loras 2 --max-lora-rank 8 (the CPU KV budget is fixed).",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--enable-lora", "--max-loras", "2", "--max-lora-rank", "8"),
+    ),
+    Case(
+        "llama-gqa-ngram",
+        "Case llama-gqa with n-gram speculative decoding (2 speculative tokens): no weights, no KV layers.",
+        llama(),
+        max_model_len=2048,
+        extra_args=(
+            "--speculative-config",
+            '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}',
+        ),
+    ),
+    Case(
+        "llama-gqa-draft",
+        "Case llama-gqa with a 2-layer draft model (2 speculative tokens): its KV layers share the pool.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--speculative-config", '{"model": "{draft}", "num_speculative_tokens": 2}'),
+        draft_config=llama(layers=2),
+    ),
+    # --- refusals --------------------------------------------------------------------------------------------
+    Case(
+        "llama-gqa-block16-refused",
+        "Case llama-gqa with --block-size 16: the CPU attention backend takes multiples of 32 only.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--block-size", "16"),
+        expect_refusal=True,
+    ),
+    Case(
+        "llama-gqa-maxlen-refused",
+        "Case llama-gqa with a 100,000,000-byte KV budget (97,656 tokens) and max_model_len 131,072.",
+        {**llama(), "max_position_embeddings": 131072},
+        max_model_len=131072,
+        kv_cache_space_gib=None,
+        kv_cache_memory_bytes=100_000_000,
+        expect_refusal=True,
+    ),
 ]
 
 
@@ -481,17 +712,31 @@ def _int(value: str | None) -> int | None:
 def record_case(case: Case, workdir: Path, port: int, timeout_s: float) -> dict[str, Any]:
     """Start vLLM for ``case`` and return the record to write."""
     model_dir = harness.make_model_dir(workdir / case.case_id, case.hf_config, case.vocab_size)
-    extra = ("--enforce-eager", "--max-model-len", str(case.max_model_len), *case.extra_args)
-    server = harness.start_vllm(
-        model_dir,
-        port=port,
-        kv_cache_space_gib=case.kv_cache_space_gib,
-        kv_cache_memory_bytes=case.kv_cache_memory_bytes,
-        extra_args=extra,
-        env=case.env,
-        timeout_s=timeout_s,
-        log_path=workdir / f"{case.case_id}.log",
-    )
+    draft_dir: Path | None = None
+    if case.draft_config is not None:
+        draft_dir = harness.make_model_dir(
+            workdir / f"{case.case_id}-draft", case.draft_config, case.vocab_size
+        )
+    case_args = tuple(a.replace("{draft}", str(draft_dir)) if draft_dir else a for a in case.extra_args)
+    extra = ("--enforce-eager", "--max-model-len", str(case.max_model_len), *case_args)
+    try:
+        server = harness.start_vllm(
+            model_dir,
+            port=port,
+            kv_cache_space_gib=case.kv_cache_space_gib,
+            kv_cache_memory_bytes=case.kv_cache_memory_bytes,
+            extra_args=extra,
+            env=case.env,
+            timeout_s=timeout_s,
+            log_path=workdir / f"{case.case_id}.log",
+        )
+    except harness.VllmStartupError as exc:
+        if not case.expect_refusal:
+            raise
+        return _refusal_record(case, model_dir, draft_dir, exc.log)
+    if case.expect_refusal:
+        server.stop()
+        raise RuntimeError(f"{case.case_id}: vLLM started although a refusal was expected")
     try:
         info = server.cache_config_info()
         # The one-line capacity message can lag /health by a moment.
@@ -514,7 +759,7 @@ def record_case(case: Case, workdir: Path, port: int, timeout_s: float) -> dict[
         if item in ("--model", "--port"):
             skip = True
             continue
-        args.append(item)
+        args.append(item.replace(str(draft_dir), "{draft}") if draft_dir else item)
 
     env: dict[str, str] = {}
     for key in ("VLLM_CPU_KVCACHE_SPACE", "HF_HUB_OFFLINE"):
@@ -546,6 +791,7 @@ def record_case(case: Case, workdir: Path, port: int, timeout_s: float) -> dict[
         "vllm_version": VLLM_VERSION,
         "device": DEVICE,
         "hf_config": json.loads((model_dir / "config.json").read_text()),
+        **({"draft_hf_config": case.draft_config} if case.draft_config is not None else {}),
         "args": args,
         "env": env,
         "kv_cache_memory_bytes": case.budget_bytes,
@@ -558,8 +804,51 @@ def record_case(case: Case, workdir: Path, port: int, timeout_s: float) -> dict[
             "cache_dtype": info.get("cache_dtype"),
         },
         "cache_config_info": dict(info),
+        "host": host_info(),
         "log_lines": startup.lines,
     }
+
+
+def _refusal_record(case: Case, model_dir: Path, draft_dir: Path | None, log: str) -> dict[str, Any]:
+    """What vLLM said when it refused to start: the root-cause line and the error lines around it."""
+    args = ["--load-format", "dummy", "--enforce-eager", "--max-model-len", str(case.max_model_len)]
+    if case.kv_cache_memory_bytes is not None:
+        args += ["--kv-cache-memory-bytes", str(case.kv_cache_memory_bytes)]
+    args += [a.replace(str(draft_dir), "{draft}") if draft_dir else a for a in case.extra_args]
+    errors = [line.strip() for line in log.splitlines() if re.search(r"(Error|Exception): ", line)]
+    return {
+        "case_id": case.case_id,
+        "description": case.description,
+        "vllm_version": VLLM_VERSION,
+        "device": DEVICE,
+        "hf_config": json.loads((model_dir / "config.json").read_text()),
+        **({"draft_hf_config": case.draft_config} if case.draft_config is not None else {}),
+        "args": args,
+        "env": {
+            **({"VLLM_CPU_KVCACHE_SPACE": str(case.kv_cache_space_gib)} if case.kv_cache_space_gib else {})
+        },
+        "kv_cache_memory_bytes": case.budget_bytes,
+        "max_model_len": case.max_model_len,
+        "host": host_info(),
+        "started": False,
+        "error": _root_cause_line(log),
+        "log_lines": errors[:20],
+    }
+
+
+def host_info() -> dict[str, Any]:
+    """The CPU vLLM ran on: the CPU backend keeps Mamba SSM state in float32 on AVX512-BF16 hosts (0.32)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    model = next(
+        (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), ""
+    )
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
+    )
+    return {"cpu": model, "avx512_bf16": "avx512_bf16" in flags}
 
 
 def _root_cause_line(log: str) -> str:
@@ -616,6 +905,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         path = opts.out / f"{case.case_id}.json"
         path.write_text(json.dumps(record, indent=2) + "\n")
+        if record.get("started") is False:
+            print(f"[{case.case_id}] refused as expected: {record['error']} -> {path}", flush=True)
+            continue
         rep = record["reported"]
         print(
             f"[{case.case_id}] ok in {time.monotonic() - started:.0f} s: blocks={rep['num_gpu_blocks']} "

@@ -61,6 +61,24 @@ def scheduler_checks(
     return messages
 
 
+def kernel_block_size_messages(
+    model: ModelSpec, engine: EngineProfile, device: str, block_size: int
+) -> list[Message]:
+    """The attention kernels must take the cache's block size (``select_common_block_size``, vllm/v1/worker/
+    utils.py, 0.32): the CPU backend's kernels (``CPU_ATTN``, vllm/v1/attention/backends/cpu_attn.py) take
+    multiples of 32 only; its reference MLA kernel is not bound by that. vLLM refuses at worker start-up."""
+    multiple = engine.cpu_kernel_block_multiple
+    if device != "cpu" or multiple is None or model.uses_mla or block_size % multiple == 0:
+        return []
+    return [
+        Message(
+            level="error",
+            code="block_size_unsupported",
+            text=f"No common block size for {block_size} (CPU_ATTN: [MultipleOf({multiple})]).",
+        )
+    ]
+
+
 def compute_capability_int(gpu: GpuSpec | None) -> int | None:
     """NVIDIA compute capability as vLLM compares it (``DeviceCapability.to_int``: "8.9" → 89); None for AMD."""
     text = gpu.compute_capability if gpu else None

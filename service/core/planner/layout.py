@@ -57,10 +57,12 @@ def lay_out(settings: Settings, shares: tuple[WeightShare, ...]) -> Layout:
             settings.dtype,
         )
         if any(s.is_state for s, _ in specs) and any(not s.is_state for s, _ in specs):
-            specs, raised_block, note = unify_page_sizes(specs)
+            specs, raised_block, note = unify_page_sizes(
+                specs, kernel_block_alignment=_hybrid_block_alignment(settings)
+            )
             if raised_block != block_size:
                 block_size = raised_block  # the next stage's specs start from the raised size, as vLLM's one config does
-                stage_notes.append(note)
+            stage_notes.append(note)  # vLLM logs the Mamba page padding whether or not the block was raised
         specs, note = _unify_attention_pages(specs)
         if note:
             stage_notes.append(note)
@@ -74,6 +76,19 @@ def lay_out(settings: Settings, shares: tuple[WeightShare, ...]) -> Layout:
         for padding_note in stages[0].layout.notes
     )
     return Layout(stages=tuple(stages), block_size=block_size, messages=tuple(messages))
+
+
+def _hybrid_block_alignment(settings: Settings) -> int:
+    """The grain of a hybrid's raised attention block (``Platform._align_hybrid_block_size``, vllm/platforms/
+    interface.py): ``max(the backend's smallest kernel block, cache_config.block_size)``, at least 128 for MLA.
+
+    The configured block size is the grain, not only a floor: on the CPU backend (128-token blocks, kernels in
+    multiples of 32) a Mamba page is matched in steps of 128 tokens; FlashAttention's kernels take multiples of
+    16, the GPU default block.
+    """
+    kernel = 32 if settings.device == "cpu" else 16
+    alignment = max(kernel, settings.block_size)
+    return max(alignment, 128) if settings.model.uses_mla else alignment
 
 
 def _as_full(counts: SpecCounts, kinds: frozenset[LayerType]) -> SpecCounts:
@@ -104,6 +119,7 @@ def _stage_specs(
             tensor_parallel_size=tp,
             layers=layers,
             model_dtype=dtype,
+            mamba_prefill_checkpoint=engine.mamba_prefill_checkpoint,
         )
     )
     present = {spec.kind for spec, _ in counts}

@@ -9,6 +9,12 @@ from service.core.overheads import DEFAULT_COEFFICIENTS, OverheadCoefficients
 from service.core.specs import GpuSpec, ModelSpec
 
 DEVICES = ("cuda", "rocm", "cpu")
+MAMBA_CACHE_DTYPES = (
+    "auto",
+    "float32",
+    "bfloat16",
+    "float16",
+)  # --mamba-cache-dtype / --mamba-ssm-cache-dtype
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +43,11 @@ class PlanRequest:
     device: str = "cuda"
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    mamba_cache_dtype: str | None = (
+        None  # --mamba-cache-dtype: Mamba/linear-attention conv state (None: auto)
+    )
+    mamba_ssm_cache_dtype: str | None = None  # --mamba-ssm-cache-dtype: the SSM/recurrent state (None: auto)
+    cpu_avx512_bf16: bool = True  # --device cpu: the host has AVX512-BF16 (Intel Cooper Lake+, AMD Zen 4+)
     coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS
     suggest: bool = True
     detail: bool = (

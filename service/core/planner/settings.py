@@ -7,6 +7,7 @@ accepts but changes (an ``int8`` KV cache alias, bf16 cast to fp16 on GPUs witho
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from service.core.bounds import check_request_ranges
@@ -16,12 +17,13 @@ from service.core.errors import InvalidSpec
 from service.core.overheads import OverheadCoefficients
 from service.core.planner.checks import (
     bf16_refusal,
+    kernel_block_size_messages,
     quantization_capability,
     quantized_shape_messages,
     scheduler_checks,
     tensor_parallel_messages,
 )
-from service.core.planner.request import DEVICES, PlanRequest
+from service.core.planner.request import DEVICES, MAMBA_CACHE_DTYPES, PlanRequest
 from service.core.planner.results import Message
 from service.core.specs import GpuSpec, ModelSpec
 from service.core.units import GIB, fmt_int
@@ -69,13 +71,16 @@ def resolve_settings(request: PlanRequest) -> Settings:
     quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
     max_len, derived_len, len_messages = _max_model_len(request)
     mns, mnbt, chunked = _batch(request, engine, max_len)
-    messages = [*kv_messages, *dtype_messages]
+    model, state_messages = _state_dtypes(request, engine)
+    messages = [*kv_messages, *dtype_messages, *state_messages]
     if engine.checks_quantization_capability:
         messages += quantization_capability(request.quantization or model.quantization, gpu, request.device)
     messages += tensor_parallel_messages(model, tp)
     messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
     messages += len_messages
     messages += scheduler_checks(request, engine, max_len, mns, mnbt, chunked)
+    block_size = request.block_size or default_block_size(model, engine, gpu, request.device)
+    messages += kernel_block_size_messages(model, engine, request.device, block_size)
     util = request.gpu_memory_utilization
     async_scheduling = (
         request.async_scheduling
@@ -100,7 +105,7 @@ def resolve_settings(request: PlanRequest) -> Settings:
         gpu_memory_utilization=util if util is not None else engine.default_gpu_memory_utilization,
         kv_cache_memory_bytes=request.kv_cache_memory_bytes,
         num_gpu_blocks_override=request.num_gpu_blocks_override,
-        block_size=request.block_size or default_block_size(model, engine, gpu, request.device),
+        block_size=block_size,
         enforce_eager=request.enforce_eager,
         async_scheduling=async_scheduling,
         enable_chunked_prefill=chunked,
@@ -149,6 +154,51 @@ def _kv_cache_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[KvCach
             )
         )
     return kv_dtype, messages
+
+
+def _state_dtypes(request: PlanRequest, engine: EngineProfile) -> tuple[ModelSpec, list[Message]]:
+    """The dtypes of Mamba/linear-attention state, as vLLM 0.32 settles them (nothing to do without state).
+
+    ``MambaStateDtypeCalculator._mamba_state_dtype`` (vllm/model_executor/layers/mamba/mamba_utils.py): the conv
+    state takes ``--mamba-cache-dtype`` (auto: the model dtype), the SSM state ``--mamba-ssm-cache-dtype`` (auto:
+    the conv state's). Models can set their own default for an auto SSM state (Nemotron-H: float32, read by
+    ``hf_config``). On the CPU backend of 0.32+ (``CpuPlatform.check_and_update_config``, vllm/platforms/cpu.py),
+    a host with AVX512-BF16 keeps the SSM state in float32 unless it is set to float16/bfloat16 explicitly for a
+    gated-DeltaNet model (its accelerated kernel reads those).
+    """
+    model, state = request.model, request.model.state
+    conv_flag = request.mamba_cache_dtype or "auto"
+    ssm_flag = request.mamba_ssm_cache_dtype or "auto"
+    if state is None:
+        return model, []
+    conv = state.conv_dtype if conv_flag == "auto" else conv_flag
+    ssm: str | None
+    if ssm_flag != "auto":
+        ssm = ssm_flag
+    elif state.ssm_dtype is not None:
+        ssm = state.ssm_dtype
+    else:
+        ssm = conv  # None: the model dtype
+    messages: list[Message] = []
+    if (
+        request.device == "cpu"
+        and engine.cpu_fp32_ssm_state
+        and request.cpu_avx512_bf16
+        and ssm != "float32"
+        and not (ssm_flag in ("float16", "bfloat16") and state.kind == "gated_delta_net")
+    ):
+        ssm = "float32"
+        messages.append(
+            Message(
+                level="info",
+                code="ssm_state_float32",
+                text="the CPU backend keeps the SSM state in float32 on AVX512-BF16 hosts "
+                "(set cpu_avx512_bf16 false for a host without it)",
+            )
+        )
+    if (conv, ssm) == (state.conv_dtype, state.ssm_dtype):
+        return model, messages
+    return replace(model, state=replace(state, conv_dtype=conv, ssm_dtype=ssm)), messages
 
 
 def _model_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[str, list[Message]]:
@@ -225,6 +275,10 @@ def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
         raise InvalidSpec("must be ≥ 1", field="pipeline_parallel_size")
     if request.device not in DEVICES:
         raise InvalidSpec(f"must be one of {', '.join(DEVICES)}", field="device")
+    for name in ("mamba_cache_dtype", "mamba_ssm_cache_dtype"):
+        value = getattr(request, name)
+        if value is not None and value not in MAMBA_CACHE_DTYPES:
+            raise InvalidSpec(f"must be one of {', '.join(MAMBA_CACHE_DTYPES)}", field=name)
     if request.gpu is None and request.kv_cache_memory_bytes is None:
         raise InvalidSpec("is required unless kv_cache_memory_bytes is given", field="gpu")
     util = request.gpu_memory_utilization
