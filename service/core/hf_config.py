@@ -81,6 +81,7 @@ _LAYER_TYPE_NAMES: dict[str, LayerType] = {
     "mamba2": LayerType.MAMBA,
 }
 
+_ATTENTION_FREE_TYPES = frozenset({"mamba", "mamba2", "falcon_mamba"})
 _PATTERN_KINDS = {"M": LayerType.MAMBA, "*": LayerType.FULL, "-": LayerType.MLP, "E": LayerType.MLP}
 
 _MLA_MODEL_TYPES = frozenset(
@@ -218,6 +219,9 @@ def _kv_heads(r: _Reader, model_type: str, heads: int) -> tuple[int, str]:
 
 
 def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tuple[tuple[LayerType, ...], str]:
+    if model_type in _ATTENTION_FREE_TYPES:
+        # Mamba, Mamba2 and FalconMamba stack state-space mixers only (vllm/model_executor/models/mamba*.py).
+        return (LayerType.MAMBA,) * layers, f"{model_type}: a state-space mixer in every layer, no attention"
     explicit = r.raw("layer_types")
     if explicit is not None:
         if not isinstance(explicit, Sequence) or isinstance(explicit, str):
@@ -325,9 +329,20 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: st
         )
     if LayerType.MAMBA not in kinds:
         return None
-    num_heads = r.int_("mamba_n_heads", "mamba_num_heads")
+    # Mamba2ForCausalLM names its mixer heads ``num_heads`` (transformers' Mamba2Config).
+    num_heads = r.int_(
+        "mamba_n_heads", "mamba_num_heads", *(("num_heads",) if model_type == "mamba2" else ())
+    )
     if num_heads is not None:
-        head_dim = r.int_("mamba_d_head", "mamba_head_dim", required=True) or 0
+        head_dim = (
+            r.int_(
+                "mamba_d_head",
+                "mamba_head_dim",
+                *(("head_dim",) if model_type == "mamba2" else ()),
+                required=True,
+            )
+            or 0
+        )
         expand = r.int_("mamba_expand", "expand")
         # Nemotron-H sizes the mixer by its heads (mamba_num_heads × mamba_head_dim); Mamba2, Granite 4.0 and
         # Falcon-H1 by expand × hidden_size (each model's get_mamba_state_shape_from_config, vLLM 0.32).

@@ -45,6 +45,7 @@ def request_for(case: dict[str, Any]) -> PlanRequest:
         tensor_parallel_size=_int_flag(args, "--tensor-parallel-size") or 1,
         max_num_batched_tokens=_int_flag(args, "--max-num-batched-tokens"),
         max_num_seqs=_int_flag(args, "--max-num-seqs"),
+        enable_chunked_prefill=False if "--no-enable-chunked-prefill" in args else None,
         mamba_cache_dtype=_flag(args, "--mamba-cache-dtype"),
         mamba_ssm_cache_dtype=_flag(args, "--mamba-ssm-cache-dtype"),
         cpu_avx512_bf16=case.get("host", {}).get("avx512_bf16", True),
@@ -90,6 +91,9 @@ def test_block_counts_equal_what_vllm_reported(path: Path) -> None:
 REFUSAL_PHRASES = {
     "No common block size for": "block_size_unsupported",
     "To serve at least one request with the model's max seq len": "max_model_len_exceeds_kv_cache",
+    "is greater than the derived max_model_len": "max_model_len_exceeds_model",
+    "must be divisible by tensor parallel size": "tensor_parallel_heads",
+    "is smaller than max_model_len": "batched_tokens_below_max_model_len",
 }
 
 

@@ -472,6 +472,70 @@ def gemma3n_text(layers: int = 6, shared: int = 2) -> dict[str, Any]:
     }
 
 
+def mamba2_pure(layers: int = 4) -> dict[str, Any]:
+    """Mamba2 (attention-free): every layer a Mamba2 mixer (transformers' Mamba2Config field names)."""
+    return {
+        "architectures": ["Mamba2ForCausalLM"],
+        "model_type": "mamba2",
+        "hidden_size": 256,
+        "num_hidden_layers": layers,
+        "num_heads": 8,
+        "head_dim": 32,
+        "n_groups": 1,
+        "state_size": 64,
+        "expand": 1,
+        "conv_kernel": 4,
+        "chunk_size": 256,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "hidden_act": "silu",
+        "layer_norm_epsilon": 1e-5,
+        "residual_in_fp32": True,
+        "time_step_rank": 16,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def jamba(layers: int = 4) -> dict[str, Any]:
+    """Jamba: Mamba1 layers with attention every ``attn_layer_period`` (offset), MoE every other layer."""
+    return {
+        "architectures": ["JambaForCausalLM"],
+        "model_type": "jamba",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "attn_layer_period": 4,
+        "attn_layer_offset": 3,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 1,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "mamba_dt_rank": 16,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+        "use_mamba_kernels": False,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
 CASES: list[Case] = [
     Case(
         "llama-mha",
@@ -673,7 +737,55 @@ CASES: list[Case] = [
         extra_args=("--speculative-config", '{"model": "{draft}", "num_speculative_tokens": 2}'),
         draft_config=llama(layers=2),
     ),
+    Case(
+        "llama-gqa-eagle",
+        "Case llama-gqa with an EAGLE head (1 Llama layer, 2 speculative tokens): its layer shares the pool.",
+        llama(),
+        max_model_len=2048,
+        extra_args=(
+            "--speculative-config",
+            '{"method": "eagle", "model": "{draft}", "num_speculative_tokens": 2}',
+        ),
+        draft_config=llama(layers=1),
+    ),
+    Case(
+        "mamba2-pure",
+        "Mamba2, 4 layers, attention-free (8 heads × 32, state 64, 1 group, conv 4).",
+        mamba2_pure(4),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "jamba-hybrid",
+        "Jamba, 4 layers: 3 Mamba1 layers (expand 2, state 16, conv 4) and attention at layer 3; MoE every 2nd.",
+        jamba(4),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
     # --- refusals --------------------------------------------------------------------------------------------
+    Case(
+        "llama-gqa-maxlen-over-derived-refused",
+        "Case llama-gqa (max_position_embeddings 8192) with --max-model-len 16384.",
+        llama(),
+        max_model_len=16384,
+        expect_refusal=True,
+    ),
+    Case(
+        "llama-gqa-no-chunked-prefill-refused",
+        "Case llama-gqa without chunked prefill and --max-num-batched-tokens 1024 < max_model_len 2048.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--no-enable-chunked-prefill", "--max-num-batched-tokens", "1024"),
+        expect_refusal=True,
+    ),
+    Case(
+        "llama-tp-heads-refused",
+        "Llama with 6 attention heads (3 KV heads) and --tensor-parallel-size 4.",
+        llama(heads=6, kv_heads=3, head_dim=32, hidden=192),
+        max_model_len=2048,
+        extra_args=("--tensor-parallel-size", "4"),
+        expect_refusal=True,
+    ),
     Case(
         "llama-gqa-block16-refused",
         "Case llama-gqa with --block-size 16: the CPU attention backend takes multiples of 32 only.",
@@ -852,10 +964,19 @@ def host_info() -> dict[str, Any]:
 
 
 def _root_cause_line(log: str) -> str:
-    """The first exception line of a failed start-up (the root cause), else the last line."""
+    """The first exception line of a failed start-up (the root cause), else the last line.
+
+    A pydantic ``ValidationError`` names only the config class; vLLM's own words follow on a ``Value error, …``
+    line, which is returned instead.
+    """
     pattern = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception): ")
-    for line in log.splitlines():
+    lines = log.splitlines()
+    for index, line in enumerate(lines):
         if " WARNING " not in line and pattern.search(line):
+            if "validation error for" in line:
+                detail = next((x for x in lines[index + 1 : index + 4] if "Value error, " in x), None)
+                if detail is not None:
+                    return detail.split("Value error, ", 1)[1].split(" [type=")[0].strip()
             return line.strip()
     return log.strip().splitlines()[-1] if log.strip() else "(empty log)"
 

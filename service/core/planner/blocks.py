@@ -23,6 +23,7 @@ from service.core.planner.layout import Layout
 from service.core.planner.memory import MemoryBudget
 from service.core.planner.results import Message
 from service.core.planner.settings import Settings
+from service.core.specs import ModelSpec
 from service.core.units import fmt_int
 
 
@@ -182,6 +183,11 @@ class LengthCheck(NamedTuple):
         return lo
 
 
+def is_attention_free(model: ModelSpec) -> bool:
+    """No attention layer at all (``ModelConfig.is_attention_free``): vLLM turns prefix caching off for these."""
+    return not any(kind.is_attention for kind in model.resolved_layer_types)
+
+
 def length_check(settings: Settings, block_size: int, blocks: Blocks) -> LengthCheck:
     engine = settings.engine
     return LengthCheck(
@@ -192,7 +198,8 @@ def length_check(settings: Settings, block_size: int, blocks: Blocks) -> LengthC
             async_scheduling=settings.async_scheduling,
             pp=settings.pipeline_parallel_size,
         ),
-        state_pages=2 if engine.mamba_align else 1,
+        # Align mode needs prefix caching, which attention-free models (Mamba, Mamba2) run without.
+        state_pages=2 if engine.mamba_align and not is_attention_free(settings.model) else 1,
         num_gpu_blocks_override=settings.num_gpu_blocks_override,
         v0_capacity_tokens=block_size * (blocks.num_gpu_blocks // settings.pipeline_parallel_size),
     )

@@ -70,6 +70,18 @@ def lay_out(settings: Settings, shares: tuple[WeightShare, ...]) -> Layout:
         layout = group_layers(tuple(specs), uniform_ratio=engine.group_size_ratio or 1.0)
         stages.append(StageLayout(stage=share.stage, specs=specs, layout=layout))
         notes.extend(n for n in stage_notes if n not in notes)
+    if not any(kind.is_attention for kind in settings.model.resolved_layer_types) and not engine.v0:
+        # Attention-free models run without prefix caching, so a Mamba "block" spans a whole request:
+        # ``mamba_block_size = max_model_len`` (HybridAttentionMambaModelConfig / MambaModelConfig, V1).
+        block_size = settings.max_model_len
+        stages = [
+            StageLayout(
+                stage=s.stage,
+                specs=[(replace(spec, block_size=block_size), n) for spec, n in s.specs],
+                layout=s.layout,
+            )
+            for s in stages
+        ]
     messages = [Message(level="info", code="layout", text=note) for note in notes]
     messages.extend(
         Message(level="warning", code="padding_layers", text=padding_note)
