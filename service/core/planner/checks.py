@@ -172,8 +172,21 @@ def quantized_shape_messages(
     return [Message(level="error", code="quantized_shape_unaligned", text=text)]
 
 
+VOCAB_PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE (vllm/model_executor/layers/vocab_parallel_embedding.py)
+
+
 def tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:
-    """Heads that tensor parallelism must split evenly (``ModelConfig.verify_with_parallel_config``)."""
+    """What tensor parallelism must split evenly, in the order vLLM meets it.
+
+    1. attention heads, before anything loads (``ModelConfig.verify_with_parallel_config``: "Total number of
+       attention heads (x) must be divisible by tensor parallel size (y).", 0.5 – 0.33);
+    2. the vocabulary, when the model is built (its embedding comes first): ``VocabParallelEmbedding`` pads the
+       vocabulary to a multiple of 64 and splits the padded rows with ``divide``, whose
+       ``ensure_divisibility`` asserts "{numerator} is not divisible by {denominator}"
+       (``vllm/model_executor/layers/vocab_parallel_embedding.py``, ``vllm/distributed/utils.py``; the 0.19
+       log of public case 2033: "AssertionError: 151936 is not divisible by 5");
+    3. KV heads, in each attention layer (fewer KV heads than TP are replicated, more must divide evenly).
+    """
     messages: list[Message] = []
     if model.num_attention_heads % tp:
         messages.append(
@@ -182,6 +195,11 @@ def tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:
                 code="tp_heads",
                 text=f"Total number of attention heads ({model.num_attention_heads}) must be divisible by tensor parallel size ({tp}).",
             )
+        )
+    padded_vocab = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    if padded_vocab % tp:
+        messages.append(
+            Message(level="error", code="tp_vocab", text=f"{padded_vocab} is not divisible by {tp}")
         )
     kv_total = model.num_key_value_heads
     if not model.uses_mla and ((tp >= kv_total and tp % kv_total) or (tp < kv_total and kv_total % tp)):

@@ -24,7 +24,7 @@ from service.core.planner.checks import (
 from service.core.planner.request import DEVICES, PlanRequest
 from service.core.planner.results import Message
 from service.core.specs import GpuSpec, ModelSpec
-from service.core.units import GIB, fmt_int
+from service.core.units import GIB
 from service.core.weights import QuantScheme, resolve_quantization
 
 
@@ -179,12 +179,24 @@ def _max_model_len(request: PlanRequest) -> tuple[int, int | None, list[Message]
     over = Message(
         level="error",
         code="max_model_len_over_derived",
-        text=(
-            f"User-specified max_model_len ({fmt_int(request.max_model_len)}) is greater than the derived max_model_len "
-            f"({fmt_int(derived_len)}) of the model's config.json; vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
-        ),
+        text=over_derived_message(request.max_model_len, derived_len, model.max_position_embeddings),
     )
     return max_len, derived_len, [over]
+
+
+def over_derived_message(requested: int, derived: int, max_position_embeddings: int | None) -> str:
+    """``ModelConfig``'s refusal (``_get_and_verify_max_len``: ``vllm/config.py`` to 0.10, ``vllm/config/model.py``
+    from 0.11; the wording of the 0.19 log in public case 2034): the derived length is the smallest of the
+    config's length keys, times the rope-scaling factor, and vLLM prints it as a float."""
+    key = "max_position_embeddings" if max_position_embeddings is not None else "max_model_len"
+    return (
+        f"User-specified max_model_len ({requested}) is greater than the derived max_model_len "
+        f"({key}={float(derived)} or model_max_length=None in model's config.json). To allow overriding this "
+        "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used "
+        "with extreme caution. If the model uses relative position encoding (RoPE), positions exceeding "
+        "derived_max_model_len lead to nan. If the model uses absolute position encoding, positions exceeding "
+        "derived_max_model_len will cause a CUDA array out-of-bounds error."
+    )
 
 
 def _batch(request: PlanRequest, engine: EngineProfile, max_len: int) -> tuple[int, int, bool]:
