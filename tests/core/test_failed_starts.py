@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from bench.accuracy import (
     logged_failure,
     start_counts,
 )
+from service.catalog.builtin import builtin_snapshot
 from service.core.hf_config import parse_hf_config
 from service.core.planner import PlanRequest, plan
 from service.core.planner.settings import over_derived_message
@@ -107,8 +109,6 @@ def _model(vocab: int, heads: int = 40, kv_heads: int = 40) -> PlanRequest:
 
 
 def _errors(request: PlanRequest, tp: int) -> list[tuple[str, str]]:
-    from dataclasses import replace
-
     result = plan(replace(request, tensor_parallel_size=tp))
     return [(m.code, m.text) for m in result.messages if m.level == "error"]
 
@@ -135,3 +135,39 @@ def test_over_derived_length_uses_vllms_words() -> None:
     case = next(c for c in PUBLIC if c["id"] == 2034)
     text = over_derived_message(8192, 2048, 2048)
     assert case["failure"].startswith("Value error, " + text)
+
+
+@pytest.mark.parametrize(
+    ("engine", "gpu", "expected", "backend"),
+    [
+        ("vllm-0.8", "h100-sxm-80gb", 64, "FlashMLA"),
+        ("vllm-0.11", "h200", 64, "FlashMLA"),
+        ("vllm-0.10", "b200", 128, "CUTLASS_MLA"),
+        ("vllm-0.8", "b200", 16, None),  # no CUTLASS MLA default before 0.10
+        ("vllm-0.11", "a100-sxm4-80gb", 16, None),  # FlashMLA needs SM 9.0
+        ("vllm-0.12", "h100-sxm-80gb", 16, None),  # from 0.12 the backend follows the block size
+        ("vllm-0.7", "h100-sxm-80gb", 16, None),  # V0
+    ],
+)
+def test_mla_block_size_is_forced_to_the_backends_on_cuda(
+    engine: str, gpu: str, expected: int, backend: str | None
+) -> None:
+    snapshot = builtin_snapshot()
+    base = PlanRequest(
+        model=snapshot.models["deepseek-v2-lite"].spec,
+        gpu=snapshot.gpus[gpu].spec,
+        engine=engine,
+        suggest=False,
+    )
+    asked = plan(replace(base, block_size=16))
+    assert asked.kv_cache.block_size == expected
+    forced = [m.text for m in asked.messages if m.code == "mla_block_size_forced"]
+    if backend is None:
+        assert forced == []
+    else:
+        assert forced == [f"Forcing kv cache block size to {expected} for {backend} backend."]
+        # the capacity is the backend's block size's, block for block
+        same = plan(replace(base, block_size=expected))
+        assert asked.kv_cache.num_gpu_blocks == same.kv_cache.num_gpu_blocks
+    # a multiple of the backend's block is kept
+    assert plan(replace(base, block_size=256)).kv_cache.block_size == 256

@@ -69,7 +69,8 @@ def resolve_settings(request: PlanRequest) -> Settings:
     quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
     max_len, derived_len, len_messages = _max_model_len(request)
     mns, mnbt, chunked = _batch(request, engine, max_len)
-    messages = [*kv_messages, *dtype_messages]
+    block_size, block_messages = _block_size(request, engine)
+    messages = [*kv_messages, *dtype_messages, *block_messages]
     if engine.checks_quantization_capability:
         messages += quantization_capability(request.quantization or model.quantization, gpu, request.device)
     messages += tensor_parallel_messages(model, tp)
@@ -100,7 +101,7 @@ def resolve_settings(request: PlanRequest) -> Settings:
         gpu_memory_utilization=util if util is not None else engine.default_gpu_memory_utilization,
         kv_cache_memory_bytes=request.kv_cache_memory_bytes,
         num_gpu_blocks_override=request.num_gpu_blocks_override,
-        block_size=request.block_size or default_block_size(model, engine, gpu, request.device),
+        block_size=block_size,
         enforce_eager=request.enforce_eager,
         async_scheduling=async_scheduling,
         enable_chunked_prefill=chunked,
@@ -197,6 +198,28 @@ def over_derived_message(requested: int, derived: int, max_position_embeddings: 
         "derived_max_model_len lead to nan. If the model uses absolute position encoding, positions exceeding "
         "derived_max_model_len will cause a CUDA array out-of-bounds error."
     )
+
+
+def _block_size(request: PlanRequest, engine: EngineProfile) -> tuple[int, list[Message]]:
+    """``--block-size``, or the release's default; MLA on CUDA takes the backend's block in V1 0.8 – 0.11.
+
+    ``CudaPlatform.check_and_update_config`` (``vllm/platforms/cuda.py``: the 0.8.3 log "Forcing kv cache
+    block size to 64 for FlashMLA backend.", the 0.11 source) replaces a block size that FlashMLA (SM 9.0, 64)
+    or CUTLASS MLA (SM 10.0, 128, from 0.10) cannot take by that backend's, with an info line. 0.8 replaced any
+    size other than 64, 0.11 only non-multiples; both replace the non-multiples, which is what is applied here.
+    """
+    model, gpu = request.model, request.gpu
+    default = default_block_size(model, engine, gpu, request.device)
+    asked = request.block_size
+    if asked is None:
+        return default, []
+    capability = gpu.compute_capability if gpu else None
+    if model.uses_mla and request.device == "cuda":
+        for sm, name, forced in engine.mla_forced_blocks:
+            if capability == sm and asked % forced:
+                text = f"Forcing kv cache block size to {forced} for {name} backend."
+                return forced, [Message(level="info", code="mla_block_size_forced", text=text)]
+    return asked, []
 
 
 def _batch(request: PlanRequest, engine: EngineProfile, max_len: int) -> tuple[int, int, bool]:
