@@ -27,6 +27,7 @@ from service.catalog.builtin import builtin_snapshot
 from service.core.hf_config import parse_hf_config
 from service.core.planner import PlanRequest, plan
 from service.core.planner.settings import over_derived_message
+from service.core.specs import GpuSpec
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PUBLIC = json.loads((DATA / "vllm-startup-cases-public.json").read_text())
@@ -171,3 +172,37 @@ def test_mla_block_size_is_forced_to_the_backends_on_cuda(
         assert asked.kv_cache.num_gpu_blocks == same.kv_cache.num_gpu_blocks
     # a multiple of the backend's block is kept
     assert plan(replace(base, block_size=256)).kv_cache.block_size == 256
+
+
+def _quantized(engine: str, quantization: str, capability: str) -> list[tuple[str, str]]:
+    snapshot = builtin_snapshot()
+    gpu = GpuSpec(
+        name="test-gpu", memory_bytes=32 * 2**30, compute_capability=capability, supports_bf16=False
+    )
+    request = PlanRequest(
+        model=snapshot.models["llama-3.1-8b"].spec,
+        gpu=gpu,
+        engine=engine,
+        quantization=quantization,
+        dtype="float16",
+        max_model_len=4096,
+        suggest=False,
+    )
+    return [(m.code, m.text) for m in plan(request).messages if m.level == "error"]
+
+
+def test_v1_refuses_awq_below_turing_in_vllms_words() -> None:
+    # vLLM 0.8.5 on a V100 (SM 7.0): "The quantization method awq is not supported for the current GPU.
+    # Minimum capability: 75. Current capability: 70."
+    text = "The quantization method awq is not supported for the current GPU. Minimum capability: 75. Current capability: 70."
+    assert ("quantization_unsupported_gpu", text) in _quantized("vllm-0.8", "awq", "7.0")
+    assert not any(c == "quantization_unsupported_gpu" for c, _ in _quantized("vllm-0.8", "awq", "7.5"))
+
+
+def test_fp8_minimum_follows_the_release() -> None:
+    def refused(engine: str) -> bool:
+        return any(c == "quantization_unsupported_gpu" for c, _ in _quantized(engine, "fp8", "7.5"))
+
+    assert refused("vllm-0.7")  # 0.6.3 table: 80
+    assert refused("vllm-0.19")  # 80 (Marlin weight-only fallback from SM 8.0)
+    assert not refused("vllm-0.30")  # Fp8Config.get_min_capability() 75 in v0.30.0

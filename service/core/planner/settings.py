@@ -17,6 +17,7 @@ from service.core.overheads import OverheadCoefficients
 from service.core.planner.checks import (
     bf16_refusal,
     quantization_capability,
+    quantization_min_capability,
     quantized_shape_messages,
     scheduler_checks,
     tensor_parallel_messages,
@@ -71,8 +72,9 @@ def resolve_settings(request: PlanRequest) -> Settings:
     mns, mnbt, chunked = _batch(request, engine, max_len)
     block_size, block_messages = _block_size(request, engine)
     messages = [*kv_messages, *dtype_messages, *block_messages]
-    if engine.checks_quantization_capability:
-        messages += quantization_capability(request.quantization or model.quantization, gpu, request.device)
+    messages += quantization_capability(
+        request.quantization or model.quantization, gpu, request.device, quantization_min_capability(engine)
+    )
     messages += tensor_parallel_messages(model, tp)
     messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
     messages += len_messages
