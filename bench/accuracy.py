@@ -1001,6 +1001,9 @@ def logged_failure(case: dict[str, Any]) -> str | None:
     return found.group(0).strip() if found else None
 
 
+_FINE_TUNE_OF = re.compile(r"\(([^()]+?)\s+fine-tune\)")
+
+
 def judge_start(case: dict[str, Any], snapshot: CatalogSnapshot) -> StartVerdict:
     failure = logged_failure(case)
     started = failure is None
@@ -1008,6 +1011,9 @@ def judge_start(case: dict[str, Any], snapshot: CatalogSnapshot) -> StartVerdict
     engine = verdict_engine(case)
     model_ref = str(case.get("model") or "")
     match = resolve_model(snapshot, model_ref) or resolve_model(snapshot, re.sub(r"\s*\(.*\)", "", model_ref))
+    base = _FINE_TUNE_OF.search(model_ref)
+    if match is None and base is not None:  # a fine-tune has its base model's architecture
+        match = resolve_model(snapshot, base.group(1).strip())
     gpu, _how = resolve_case_gpu(snapshot, case)
     why = "; ".join(
         w
