@@ -42,6 +42,12 @@ Rules (applied in this order, all documented in the printed report):
    HELD-BACK, so a group's side never changes when other cases are added or dropped. Stratification: a
    profile with one group is held back (never fitted); a profile whose groups all fell on one side moves its
    lowest-hash group across. The bar (median |KV-token error| ≤ 5 %) is on HELD-BACK.
+
+Failed starts (the last section): every case that failed to start (``"started": false`` with vLLM's
+``failure`` line, or a refusal quoted in its excerpt) is planned under the release it names (or, unversioned,
+the one its wording and date place) and kvcap's first error is classed against the logged reason
+(``FAILURE_CLASSES`` / ``MESSAGE_CLASSES``); every started case kept above is checked for a false alarm. A case
+whose model is not in the built-in catalog is listed as not plannable, with the reason.
 """
 
 from __future__ import annotations
