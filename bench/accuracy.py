@@ -47,7 +47,7 @@ Failed starts (the last section): every case that failed to start (``"started": 
 ``failure`` line, or a refusal quoted in its excerpt) is planned under the release it names (or, unversioned,
 the one its wording and date place) and kvcap's first error is classed against the logged reason
 (``FAILURE_CLASSES`` / ``MESSAGE_CLASSES``); every started case kept above is checked for a false alarm. A case
-whose model is not in the built-in catalog is listed as not plannable, with the reason.
+whose model is not in the built-in catalog, or whose release is older than 0.5, is listed as not plannable.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ from typing import Any
 from service.catalog.builtin import builtin_snapshot
 from service.catalog.resolve import resolve_gpu, resolve_model
 from service.catalog.snapshot import CatalogGpu, CatalogSnapshot
-from service.core.engines import DEFAULT_ENGINE, resolve_engine
+from service.core.engines import DEFAULT_ENGINE, OLDEST_VERSION, resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.overheads import (
     DEFAULT_COEFFICIENTS,
@@ -935,8 +935,10 @@ MESSAGE_CLASSES: dict[str, str] = {
     "dtype_unsupported": "dtype_unsupported",
     "quantization_unsupported_gpu": "dtype_unsupported",
 }
-# Release dates that place an unversioned V0 refusal: before 0.6.0 the 0.5 line (kvcap's oldest; older logs are
-# read with its rules), before 0.7.0 the 0.6 line, else 0.7 (the last release whose default engine was V0).
+# Release dates that place an unversioned V0 refusal: before 0.5.0 a release kvcap does not model (not
+# plannable), then the 0.5 line, before 0.7.0 the 0.6 line, else 0.7 (the last release whose default engine was
+# V0).
+V05_RELEASED = "2024-06-11"
 V06_RELEASED = "2024-09-04"
 V07_RELEASED = "2025-01-27"
 
@@ -949,18 +951,22 @@ def failure_class(text: str) -> str:
     return "other"
 
 
-def verdict_engine(case: dict[str, Any]) -> str:
+def verdict_engine(case: dict[str, Any]) -> str | None:
     """The release a case's verdict is checked under: the logged version (any release kvcap models, the V0 ones
     included: the verdict needs no memory figures); else the failure's wording — the V0 refusal "The model's max
     seq len … is larger than the maximum number of tokens" is the 0.5 line before 0.6.0's release date and 0.6
     after; "models's" is 0.10 – 0.21 (``vllm-0.11``); anything else a V1 log of a recent release (the newest)."""
     version = _version(case.get("vllm_version"))
     if version is not None:
+        if version[:2] < OLDEST_VERSION:
+            return None
         engine, _rule, _problem = choose_engine(case)
         return engine or f"vllm-{version[0]}.{version[1]}"
     text = logged_failure(case) or ""
     if _log_format(case) == "v0" or "larger than the maximum number of tokens" in text:
         date = str(case.get("source_date") or "")
+        if date < V05_RELEASED:
+            return None
         return "vllm-0.5" if date < V06_RELEASED else "vllm-0.6" if date < V07_RELEASED else "vllm-0.7"
     if "models's" in text:
         return "vllm-0.11"
@@ -1007,19 +1013,16 @@ def logged_failure(case: dict[str, Any]) -> str | None:
     return found.group(0).strip() if found else None
 
 
-_FINE_TUNE_OF = re.compile(r"\(([^()]+?)\s+fine-tune\)")
-
-
 def judge_start(case: dict[str, Any], snapshot: CatalogSnapshot) -> StartVerdict:
     failure = logged_failure(case)
     started = failure is None
     logged = "" if failure is None else failure_class(failure)
     engine = verdict_engine(case)
+    if engine is None:
+        why = "a release before 0.5, the oldest kvcap models"
+        return StartVerdict(int(case["id"]), started, logged, "< 0.5", None, "", "", why)
     model_ref = str(case.get("model") or "")
     match = resolve_model(snapshot, model_ref) or resolve_model(snapshot, re.sub(r"\s*\(.*\)", "", model_ref))
-    base = _FINE_TUNE_OF.search(model_ref)
-    if match is None and base is not None:  # a fine-tune has its base model's architecture
-        match = resolve_model(snapshot, base.group(1).strip())
     gpu, _how = resolve_case_gpu(snapshot, case)
     why = "; ".join(
         w

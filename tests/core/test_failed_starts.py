@@ -206,3 +206,11 @@ def test_fp8_minimum_follows_the_release() -> None:
     assert refused("vllm-0.7")  # 0.6.3 table: 80
     assert refused("vllm-0.19")  # 80 (Marlin weight-only fallback from SM 8.0)
     assert not refused("vllm-0.30")  # Fp8Config.get_min_capability() 75 in v0.30.0
+
+
+def test_refusals_older_than_the_oldest_modelled_release_are_not_judged() -> None:
+    # Cases 6, 7 and 30 are V0 refusals of February – March 2024 (vLLM 0.3): no kvcap profile has their rules.
+    by_id = {v.case_id: v for v in VERDICTS}
+    for case_id in (6, 7, 30):
+        assert by_id[case_id].fits is None
+        assert "before 0.5" in by_id[case_id].why
