@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -214,3 +215,27 @@ def test_refusals_older_than_the_oldest_modelled_release_are_not_judged() -> Non
     for case_id in (6, 7, 30):
         assert by_id[case_id].fits is None
         assert "before 0.5" in by_id[case_id].why
+
+
+def test_cuda_graph_warning_names_the_utilisation_that_leaves_room() -> None:
+    # u ≤ 1 − estimate / total, rounded down to 0.01: at u the headroom holds the estimate, at u + 0.01 it cannot
+    snapshot = builtin_snapshot()
+    base = PlanRequest(
+        model=snapshot.models["llama-3.1-8b"].spec,
+        gpu=snapshot.gpus["l4"].spec,
+        engine="vllm-0.19",
+        max_model_len=4096,
+        suggest=False,
+    )
+
+    def warning(utilisation: float) -> str | None:
+        result = plan(replace(base, gpu_memory_utilization=utilisation))
+        return next((m.text for m in result.messages if m.code == "cudagraph_capture_may_oom"), None)
+
+    text = warning(0.995)
+    assert text is not None
+    found = re.search(r"set --gpu-memory-utilization ≤ (\d\.\d\d) or pass --enforce-eager", text)
+    assert found is not None
+    most = float(found.group(1))
+    assert warning(most) is None
+    assert warning(round(most + 0.01, 2)) is not None
