@@ -71,14 +71,17 @@ def resolve_settings(request: PlanRequest) -> Settings:
     max_len, derived_len, len_messages = _max_model_len(request)
     mns, mnbt, chunked = _batch(request, engine, max_len)
     block_size, block_messages = _block_size(request, engine)
-    messages = [*kv_messages, *dtype_messages, *block_messages]
+    # In the order vLLM meets them (it stops at the first error): ``ModelConfig`` (the length), then
+    # ``SchedulerConfig``, then ``VllmConfig`` (quantisation capability, heads over TP; the vocabulary and KV-head
+    # splits of the layers built later are listed with the heads), the worker's dtype check, the quantised shards.
+    messages = [*kv_messages, *block_messages, *len_messages]
+    messages += scheduler_checks(request, engine, max_len, mns, mnbt, chunked)
     messages += quantization_capability(
         request.quantization or model.quantization, gpu, request.device, quantization_min_capability(engine)
     )
     messages += tensor_parallel_messages(model, tp)
+    messages += dtype_messages
     messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
-    messages += len_messages
-    messages += scheduler_checks(request, engine, max_len, mns, mnbt, chunked)
     util = request.gpu_memory_utilization
     async_scheduling = (
         request.async_scheduling
