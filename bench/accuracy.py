@@ -42,6 +42,12 @@ Rules (applied in this order, all documented in the printed report):
    HELD-BACK, so a group's side never changes when other cases are added or dropped. Stratification: a
    profile with one group is held back (never fitted); a profile whose groups all fell on one side moves its
    lowest-hash group across. The bar (median |KV-token error| ≤ 5 %) is on HELD-BACK.
+
+Failed starts (the last section): every case that failed to start (``"started": false`` with vLLM's
+``failure`` line, or a refusal quoted in its excerpt) is planned under the release it names (or, unversioned,
+the one its wording and date place) and kvcap's first error is classed against the logged reason
+(``FAILURE_CLASSES`` / ``MESSAGE_CLASSES``); every started case kept above is checked for a false alarm. A case
+whose model is not in the built-in catalog, or whose release is older than 0.5, is listed as not plannable.
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from typing import Any
 from service.catalog.builtin import builtin_snapshot
 from service.catalog.resolve import resolve_gpu, resolve_model
 from service.catalog.snapshot import CatalogGpu, CatalogSnapshot
-from service.core.engines import resolve_engine
+from service.core.engines import DEFAULT_ENGINE, OLDEST_VERSION, resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.overheads import (
     DEFAULT_COEFFICIENTS,
@@ -328,6 +334,33 @@ def _consistency_gap(case: dict[str, Any], engine: str | None) -> float | None:
     return abs(requested - non_kv - float(case["available_kv_cache_gib"]))
 
 
+def build_request(
+    case: dict[str, Any], model: ModelSpec, catalog_quantization: str | None, gpu: GpuSpec, engine: str
+) -> PlanRequest:
+    """Every logged setting passed (rule 3); the rest take the release's defaults."""
+    mns = _setting(case, "max_num_seqs", r"max[-_]num[-_]seqs[ =](\d+)")
+    mnbt = _setting(case, "max_num_batched_tokens", r"max[-_]num[-_]batched[-_]tokens[ =](\d+)")
+    quant = _quantization(case.get("quantization")) or catalog_quantization
+    return PlanRequest(
+        model=model,
+        gpu=gpu,
+        engine=engine,
+        tensor_parallel_size=int(case.get("tensor_parallel_size") or 1),
+        pipeline_parallel_size=int(case.get("pipeline_parallel_size") or 1),
+        max_model_len=case.get("max_model_len"),
+        kv_cache_dtype=_kv_dtype(case.get("kv_cache_dtype")),
+        quantization=quant,
+        dtype=_dtype(case.get("dtype")),
+        gpu_memory_utilization=case.get("gpu_memory_utilization"),
+        block_size=case.get("block_size"),
+        max_num_seqs=mns,
+        max_num_batched_tokens=mnbt,
+        enforce_eager=bool(case.get("enforce_eager")),
+        suggest=False,
+        detail=False,
+    )
+
+
 def prepare_case(case: dict[str, Any], snapshot: CatalogSnapshot) -> Prepared:
     reasons: list[str] = []
     confidence = str(case.get("confidence") or "")
@@ -366,27 +399,7 @@ def prepare_case(case: dict[str, Any], snapshot: CatalogSnapshot) -> Prepared:
 
     request: PlanRequest | None = None
     if match is not None and gpu is not None and engine is not None:
-        mns = _setting(case, "max_num_seqs", r"max[-_]num[-_]seqs[ =](\d+)")
-        mnbt = _setting(case, "max_num_batched_tokens", r"max[-_]num[-_]batched[-_]tokens[ =](\d+)")
-        quant = _quantization(case.get("quantization")) or match.quantization
-        request = PlanRequest(
-            model=match.model.spec,
-            gpu=gpu,
-            engine=engine,
-            tensor_parallel_size=int(case.get("tensor_parallel_size") or 1),
-            pipeline_parallel_size=int(case.get("pipeline_parallel_size") or 1),
-            max_model_len=case.get("max_model_len"),
-            kv_cache_dtype=_kv_dtype(case.get("kv_cache_dtype")),
-            quantization=quant,
-            dtype=_dtype(case.get("dtype")),
-            gpu_memory_utilization=case.get("gpu_memory_utilization"),
-            block_size=case.get("block_size"),
-            max_num_seqs=mns,
-            max_num_batched_tokens=mnbt,
-            enforce_eager=bool(case.get("enforce_eager")),
-            suggest=False,
-            detail=False,
-        )
+        request = build_request(case, match.model.spec, match.quantization, gpu, engine)
     observed = Observed(
         tokens=case.get("kv_cache_tokens"),
         tokens_derived=False,
@@ -886,6 +899,226 @@ def report(
     return r
 
 
+# --- failed starts (the verdict) -----------------------------------------------------------------------------
+
+# The reason a start-up failed, as a class: the logged failure line is matched by vLLM's wording, kvcap's first
+# error by its message code. vLLM stops at its first error, so kvcap's first error is the one compared.
+FAILURE_CLASSES: tuple[tuple[str, str], ...] = (
+    ("sampler_warmup_oom", r"warming up sampler"),
+    ("max_model_len_over_derived", r"greater than the derived max_model_len"),
+    ("parallel_split", r"is not divisible by|must be divisible by|cannot be split evenly"),
+    (
+        "one_request_does_not_fit",
+        r"To serve at least one request|max seq len \(\d+\) is larger than the maximum number of tokens",
+    ),
+    ("no_memory_for_blocks", r"No available memory for the cache blocks|# (?:cuda|gpu) blocks: 0\b"),
+    ("weights_do_not_fit", r"out of memory.*(?:load|weight)"),
+    ("block_size", r"block[-_ ]size"),
+    ("scheduler_limits", r"max_num_batched_tokens \(\d+\)"),
+    ("dtype_unsupported", r"Bfloat16 is only supported|quantization method .* is not supported"),
+)
+MESSAGE_CLASSES: dict[str, str] = {
+    "sampler_warmup_oom": "sampler_warmup_oom",
+    "max_model_len_over_derived": "max_model_len_over_derived",
+    "tp_heads": "parallel_split",
+    "tp_kv_heads": "parallel_split",
+    "tp_vocab": "parallel_split",
+    "pp_layers": "parallel_split",
+    "quantized_shape_unaligned": "parallel_split",
+    "max_model_len_too_large": "one_request_does_not_fit",
+    "no_memory_for_blocks": "no_memory_for_blocks",
+    "kv_bytes_exceed_gpu": "no_memory_for_blocks",
+    "weights_exceed_gpu": "weights_do_not_fit",
+    "block_size_unsupported": "block_size",
+    "max_num_batched_tokens_below_max_model_len": "scheduler_limits",
+    "max_num_batched_tokens_below_max_num_seqs": "scheduler_limits",
+    "dtype_unsupported": "dtype_unsupported",
+    "quantization_unsupported_gpu": "dtype_unsupported",
+}
+# Release dates that place an unversioned V0 refusal: before 0.5.0 a release kvcap does not model (not
+# plannable), then the 0.5 line, before 0.7.0 the 0.6 line, else 0.7 (the last release whose default engine was
+# V0).
+V05_RELEASED = "2024-06-11"
+V06_RELEASED = "2024-09-04"
+V07_RELEASED = "2025-01-27"
+
+
+def failure_class(text: str) -> str:
+    """The class of a logged failure line (``"other"`` when none of vLLM's wordings matches)."""
+    for name, pattern in FAILURE_CLASSES:
+        if re.search(pattern, text, re.IGNORECASE):
+            return name
+    return "other"
+
+
+def verdict_engine(case: dict[str, Any]) -> str | None:
+    """The release a case's verdict is checked under: the logged version (any release kvcap models, the V0 ones
+    included: the verdict needs no memory figures); else the failure's wording — the V0 refusal "The model's max
+    seq len … is larger than the maximum number of tokens" is the 0.5 line before 0.6.0's release date and 0.6
+    after; "models's" is 0.10 – 0.21 (``vllm-0.11``); anything else a V1 log of a recent release (the newest)."""
+    version = _version(case.get("vllm_version"))
+    if version is not None:
+        if version[:2] < OLDEST_VERSION:
+            return None
+        engine, _rule, _problem = choose_engine(case)
+        return engine or f"vllm-{version[0]}.{version[1]}"
+    text = logged_failure(case) or ""
+    if _log_format(case) == "v0" or "larger than the maximum number of tokens" in text:
+        date = str(case.get("source_date") or "")
+        if date < V05_RELEASED:
+            return None
+        return "vllm-0.5" if date < V06_RELEASED else "vllm-0.6" if date < V07_RELEASED else "vllm-0.7"
+    if "models's" in text:
+        return "vllm-0.11"
+    return DEFAULT_ENGINE
+
+
+@dataclass(frozen=True, slots=True)
+class StartVerdict:
+    """kvcap's will-it-start verdict for one recorded start-up (started or failed)."""
+
+    case_id: int
+    started: bool
+    logged_class: str  # "" for a start that succeeded
+    engine: str
+    fits: bool | None  # None: not plannable (``why``)
+    predicted_class: str  # kvcap's first error, as a class ("" when it fits)
+    predicted_text: str
+    why: str = ""
+
+    @property
+    def predicted_fail(self) -> bool:
+        return self.fits is False
+
+    @property
+    def reason_matches(self) -> bool:
+        return self.predicted_fail and self.predicted_class == self.logged_class
+
+
+# vLLM's start-up refusals, as they appear in a log: a case whose excerpt holds one failed to start even where
+# its file does not say so (the shared cases predate the ``started`` field; case 2 logs V0's refusal).
+_REFUSAL_LINE = re.compile(
+    r"^.*(?:To serve at least one request with the models?'s? max seq len|max seq len \(\d+\) is larger than "
+    r"the maximum number of tokens|No available memory for the cache blocks|is greater than the derived "
+    r"max_model_len).*$",
+    re.MULTILINE,
+)
+
+
+def logged_failure(case: dict[str, Any]) -> str | None:
+    """The failure line of a start-up that failed (``failure``, or a refusal quoted in its excerpt), else None."""
+    if case.get("started") is False:
+        return str(case.get("failure") or "")
+    found = _REFUSAL_LINE.search(str(case.get("excerpt") or ""))
+    return found.group(0).strip() if found else None
+
+
+def judge_start(case: dict[str, Any], snapshot: CatalogSnapshot) -> StartVerdict:
+    failure = logged_failure(case)
+    started = failure is None
+    logged = "" if failure is None else failure_class(failure)
+    engine = verdict_engine(case)
+    if engine is None:
+        why = "a release before 0.5, the oldest kvcap models"
+        return StartVerdict(int(case["id"]), started, logged, "< 0.5", None, "", "", why)
+    model_ref = str(case.get("model") or "")
+    match = resolve_model(snapshot, model_ref) or resolve_model(snapshot, re.sub(r"\s*\(.*\)", "", model_ref))
+    gpu, _how = resolve_case_gpu(snapshot, case)
+    why = "; ".join(
+        w
+        for w, missing in (
+            ("model not in the built-in catalog", match is None),
+            ("GPU not resolvable", gpu is None),
+        )
+        if missing
+    )
+    if match is None or gpu is None:
+        return StartVerdict(int(case["id"]), started, logged, engine, None, "", "", why)
+    request = build_request(case, match.model.spec, match.quantization, gpu, engine)
+    try:
+        result = plan(request)
+    except InvalidSpec as exc:  # refused while parsing the arguments: a failed start too
+        return StartVerdict(
+            int(case["id"]), started, logged, engine, False, failure_class(str(exc)), str(exc)
+        )
+    errors = [m for m in result.messages if m.level == "error"]
+    first = errors[0] if errors else None
+    return StartVerdict(
+        case_id=int(case["id"]),
+        started=started,
+        logged_class=logged,
+        engine=engine,
+        fits=result.fits,
+        predicted_class=MESSAGE_CLASSES.get(first.code, first.code) if first else "",
+        predicted_text=first.text if first else "",
+    )
+
+
+def judge_starts(
+    cases: Iterable[dict[str, Any]] | None = None, snapshot: CatalogSnapshot | None = None
+) -> list[StartVerdict]:
+    """The verdict for every case whose start is known: each failed one, and each started one that kvcap can
+    plan with the memory figures it logged (the same cases the KV-token report keeps, so a false alarm is on a
+    start whose settings are read exactly)."""
+    snapshot = snapshot or builtin_snapshot()
+    chosen = list(cases if cases is not None else load_cases())
+    kept = {p.case_id for p in prepare_all(chosen, snapshot) if p.included}
+    return [judge_start(c, snapshot) for c in chosen if logged_failure(c) is not None or int(c["id"]) in kept]
+
+
+@dataclass(frozen=True, slots=True)
+class StartCounts:
+    failed: int
+    plannable_failed: int
+    predicted_fail: int
+    reason_matched: int
+    started: int
+    false_alarms: int
+
+
+def start_counts(verdicts: Sequence[StartVerdict]) -> StartCounts:
+    failed = [v for v in verdicts if not v.started]
+    started = [v for v in verdicts if v.started and v.fits is not None]
+    return StartCounts(
+        failed=len(failed),
+        plannable_failed=sum(1 for v in failed if v.fits is not None),
+        predicted_fail=sum(1 for v in failed if v.predicted_fail),
+        reason_matched=sum(1 for v in failed if v.reason_matches),
+        started=len(started),
+        false_alarms=sum(1 for v in started if v.predicted_fail),
+    )
+
+
+def start_report(verdicts: Sequence[StartVerdict]) -> Report:
+    r = Report()
+    counts = start_counts(verdicts)
+    r.add("Failed starts (kvcap's verdict and first error against the logged failure):")
+    r.add(f"  {'id':>5} {'engine':<10} {'logged':<26} {'kvcap':<26} text")
+    for v in verdicts:
+        if v.started:
+            continue
+        if v.fits is None:
+            kvcap = "not plannable"
+            text = v.why
+        else:
+            kvcap = v.predicted_class if v.predicted_fail else "starts (MISSED)"
+            text = v.predicted_text[:110]
+        mark = "=" if v.reason_matches else "≠" if v.predicted_fail else " "
+        r.add(f"  {v.case_id:>5} {v.engine:<10} {v.logged_class:<26} {mark} {kvcap:<24} {text}")
+    alarms = [v for v in verdicts if v.started and v.predicted_fail]
+    r.add("")
+    r.add(
+        f"  failed: {counts.failed}, plannable: {counts.plannable_failed}, predicted not to start: "
+        f"{counts.predicted_fail}, with the logged reason: {counts.reason_matched}"
+    )
+    r.add(
+        f"  started and plannable: {counts.started}, predicted to fail (false alarms): {counts.false_alarms}"
+    )
+    for v in alarms:
+        r.add(f"    false alarm {v.case_id} ({v.engine}): {v.predicted_class}: {v.predicted_text[:120]}")
+    return r
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0] if __doc__ else None
@@ -904,6 +1137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
     outcomes = evaluate_all(prepared, coefficients)
     print(report(prepared, outcomes, coefficients))
+    print()
+    print(start_report(judge_starts()))
     return 0
 
 

@@ -95,13 +95,15 @@ class EngineProfile:
     block_size_choices: tuple[int, ...] | None = None  # --block-size argparse choices (None: not checked)
     auto_dtype_keeps_bf16: bool = False  # dtype "auto" keeps a bf16 config even on GPUs without bf16 (≤ 0.7)
     checks_quantization_capability: bool = False  # the loader's minimum-capability table was read (≤ 0.7)
-    cpu_fp32_ssm_state: bool = False  # CPU on AVX512-BF16 hosts: an auto SSM state is kept in float32 (0.32+)
-    mamba_prefill_checkpoint: bool = (
-        False  # Mamba2 mixers hold a prefill checkpoint page in align mode (0.32+)
-    )
-    cpu_kernel_block_multiple: int | None = (
-        None  # CPU attention kernels take multiples of this block (32, 0.32+)
-    )
+    # (compute capability, backend, block) whose block the CUDA platform forces on an MLA --block-size it cannot
+    # take (V1 0.8 – 0.11; see ``planner/settings.py::_block_size``):
+    mla_forced_blocks: tuple[tuple[str, str, int], ...] = ()
+    # CPU on AVX512-BF16 hosts: an auto SSM state is kept in float32 (0.32+, vllm/platforms/cpu.py)
+    cpu_fp32_ssm_state: bool = False
+    # Mamba2 mixers hold a prefill checkpoint page in align mode (0.32+, MambaMixer2.get_kv_cache_spec)
+    mamba_prefill_checkpoint: bool = False
+    # CPU attention kernels take block sizes in multiples of this (32 in 0.32, cpu_attn.py)
+    cpu_kernel_block_multiple: int | None = None
 
     @property
     def label(self) -> str:
@@ -257,10 +259,20 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         block_size_choices=_v0_block_size_choices(release) if rules < V1_DEFAULT_SINCE else None,
         auto_dtype_keeps_bf16=rules < V1_DEFAULT_SINCE,
         checks_quantization_capability=rules < V1_DEFAULT_SINCE,
+        mla_forced_blocks=_mla_forced_blocks(rules) if not v0 else (),
         cpu_fp32_ssm_state=_v(rules, (0, 32)),
         mamba_prefill_checkpoint=_v(rules, (0, 32)),
         cpu_kernel_block_multiple=32 if _v(rules, (0, 32)) else None,
     )
+
+
+def _mla_forced_blocks(rules: tuple[int, int]) -> tuple[tuple[str, str, int], ...]:
+    """FlashMLA (SM 9.0, 64-token blocks) from V1's MLA support in 0.8; CUTLASS MLA, the Blackwell default, with
+    128 in 0.10 and 0.11; from 0.12 the attention backend is chosen for the block size instead."""
+    if not V1_DEFAULT_SINCE <= rules < (0, 12):
+        return ()
+    flashmla = (("9.0", "FlashMLA", 64),)
+    return (*flashmla, ("10.0", "CUTLASS_MLA", 128)) if rules >= (0, 10) else flashmla
 
 
 def _v0_block_size_choices(release: tuple[int, int, int]) -> tuple[int, ...]:

@@ -126,9 +126,41 @@ QUANTIZATION_MIN_CAPABILITY: dict[str, int] = {
 }
 
 
-def quantization_capability(method: str | None, gpu: GpuSpec | None, device: str) -> list[Message]:
+# V1 (0.8+): the same refusal from ``VllmConfig._get_quantization_config`` (``vllm/config.py``, from 0.11
+# ``vllm/config/vllm.py``), raised while the config is built. Only the minimums that did not move across the
+# V1 releases are kept (AWQ 75 in the 0.8.5 log "Minimum capability: 75. Current capability: 70", bitsandbytes
+# 70 in vLLM issue #14154, GPTQ / GGUF 60, the Marlin kernels 80); fp8 is 80 up to 0.19 (Marlin weight-only
+# fallback, as in 0.6.3) and 75 from 0.30 (``Fp8Config.get_min_capability`` of v0.30.0), unknown between.
+_V1_STABLE_MIN_CAPABILITY: dict[str, int] = {
+    "awq": 75,
+    "awq_marlin": 80,
+    "bitsandbytes": 70,
+    "gguf": 60,
+    "gptq": 60,
+    "gptq_marlin": 80,
+    "marlin": 80,
+}
+
+
+def quantization_min_capability(engine: EngineProfile) -> dict[str, int]:
+    """The release's ``get_min_capability()`` table (empty where kvcap has not read one)."""
+    release = engine.version
+    if release is None or not engine.overheads:
+        return {}
+    if engine.checks_quantization_capability:  # V0 releases 0.5 – 0.7
+        return QUANTIZATION_MIN_CAPABILITY
+    if release < (0, 20):
+        return {**_V1_STABLE_MIN_CAPABILITY, "fp8": 80}
+    if release < (0, 30):
+        return dict(_V1_STABLE_MIN_CAPABILITY)
+    return {**_V1_STABLE_MIN_CAPABILITY, "fp8": 75}
+
+
+def quantization_capability(
+    method: str | None, gpu: GpuSpec | None, device: str, table: dict[str, int] | None = None
+) -> list[Message]:
     key = (method or "").strip().lower()
-    minimum = QUANTIZATION_MIN_CAPABILITY.get(key)
+    minimum = (QUANTIZATION_MIN_CAPABILITY if table is None else table).get(key)
     capability = compute_capability_int(gpu)
     if device != "cuda" or minimum is None or capability is None or capability >= minimum:
         return []
@@ -190,8 +222,21 @@ def quantized_shape_messages(
     return [Message(level="error", code="quantized_shape_unaligned", text=text)]
 
 
+VOCAB_PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE (vllm/model_executor/layers/vocab_parallel_embedding.py)
+
+
 def tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:
-    """Heads that tensor parallelism must split evenly (``ModelConfig.verify_with_parallel_config``)."""
+    """What tensor parallelism must split evenly, in the order vLLM meets it.
+
+    1. attention heads, before anything loads (``ModelConfig.verify_with_parallel_config``: "Total number of
+       attention heads (x) must be divisible by tensor parallel size (y).", 0.5 – 0.33);
+    2. the vocabulary, when the model is built (its embedding comes first): ``VocabParallelEmbedding`` pads the
+       vocabulary to a multiple of 64 and splits the padded rows with ``divide``, whose
+       ``ensure_divisibility`` asserts "{numerator} is not divisible by {denominator}"
+       (``vllm/model_executor/layers/vocab_parallel_embedding.py``, ``vllm/distributed/utils.py``; the 0.19
+       log of public case 2033: "AssertionError: 151936 is not divisible by 5");
+    3. KV heads, in each attention layer (fewer KV heads than TP are replicated, more must divide evenly).
+    """
     messages: list[Message] = []
     if model.num_attention_heads % tp:
         messages.append(
@@ -200,6 +245,11 @@ def tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:
                 code="tp_heads",
                 text=f"Total number of attention heads ({model.num_attention_heads}) must be divisible by tensor parallel size ({tp}).",
             )
+        )
+    padded_vocab = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    if padded_vocab % tp:
+        messages.append(
+            Message(level="error", code="tp_vocab", text=f"{padded_vocab} is not divisible by {tp}")
         )
     kv_total = model.num_key_value_heads
     if not model.uses_mla and ((tp >= kv_total and tp % kv_total) or (tp < kv_total and kv_total % tp)):

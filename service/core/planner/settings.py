@@ -19,6 +19,7 @@ from service.core.planner.checks import (
     bf16_refusal,
     kernel_block_size_messages,
     quantization_capability,
+    quantization_min_capability,
     quantized_shape_messages,
     scheduler_checks,
     tensor_parallel_messages,
@@ -26,7 +27,7 @@ from service.core.planner.checks import (
 from service.core.planner.request import DEVICES, MAMBA_CACHE_DTYPES, PlanRequest
 from service.core.planner.results import Message
 from service.core.specs import GpuSpec, ModelSpec
-from service.core.units import GIB, fmt_int
+from service.core.units import GIB
 from service.core.weights import QuantScheme, resolve_quantization
 
 
@@ -72,14 +73,19 @@ def resolve_settings(request: PlanRequest) -> Settings:
     max_len, derived_len, len_messages = _max_model_len(request)
     mns, mnbt, chunked = _batch(request, engine, max_len)
     model, state_messages = _state_dtypes(request, engine)
-    messages = [*kv_messages, *dtype_messages, *state_messages]
-    if engine.checks_quantization_capability:
-        messages += quantization_capability(request.quantization or model.quantization, gpu, request.device)
-    messages += tensor_parallel_messages(model, tp)
-    messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
-    messages += len_messages
+    block_size, block_messages = _block_size(request, engine)
+    # In the order vLLM meets them (it stops at the first error): ``ModelConfig`` (the length), then
+    # ``SchedulerConfig``, then ``VllmConfig`` (quantisation capability, heads over TP; the vocabulary and KV-head
+    # splits of the layers built later are listed with the heads), the worker's dtype check, the quantised shards,
+    # and the attention kernels' block sizes when the KV cache is laid out.
+    messages = [*kv_messages, *block_messages, *len_messages, *state_messages]
     messages += scheduler_checks(request, engine, max_len, mns, mnbt, chunked)
-    block_size = request.block_size or default_block_size(model, engine, gpu, request.device)
+    messages += quantization_capability(
+        request.quantization or model.quantization, gpu, request.device, quantization_min_capability(engine)
+    )
+    messages += tensor_parallel_messages(model, tp)
+    messages += dtype_messages
+    messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
     messages += kernel_block_size_messages(model, engine, request.device, block_size)
     util = request.gpu_memory_utilization
     async_scheduling = (
@@ -229,12 +235,46 @@ def _max_model_len(request: PlanRequest) -> tuple[int, int | None, list[Message]
     over = Message(
         level="error",
         code="max_model_len_over_derived",
-        text=(
-            f"User-specified max_model_len ({fmt_int(request.max_model_len)}) is greater than the derived max_model_len "
-            f"({fmt_int(derived_len)}) of the model's config.json; vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
-        ),
+        text=over_derived_message(request.max_model_len, derived_len, model.max_position_embeddings),
     )
     return max_len, derived_len, [over]
+
+
+def over_derived_message(requested: int, derived: int, max_position_embeddings: int | None) -> str:
+    """``ModelConfig``'s refusal (``_get_and_verify_max_len``: ``vllm/config.py`` to 0.10, ``vllm/config/model.py``
+    from 0.11; the wording of the 0.19 log in public case 2034): the derived length is the smallest of the
+    config's length keys, times the rope-scaling factor, and vLLM prints it as a float."""
+    key = "max_position_embeddings" if max_position_embeddings is not None else "max_model_len"
+    return (
+        f"User-specified max_model_len ({requested}) is greater than the derived max_model_len "
+        f"({key}={float(derived)} or model_max_length=None in model's config.json). To allow overriding this "
+        "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used "
+        "with extreme caution. If the model uses relative position encoding (RoPE), positions exceeding "
+        "derived_max_model_len lead to nan. If the model uses absolute position encoding, positions exceeding "
+        "derived_max_model_len will cause a CUDA array out-of-bounds error."
+    )
+
+
+def _block_size(request: PlanRequest, engine: EngineProfile) -> tuple[int, list[Message]]:
+    """``--block-size``, or the release's default; MLA on CUDA takes the backend's block in V1 0.8 – 0.11.
+
+    ``CudaPlatform.check_and_update_config`` (``vllm/platforms/cuda.py``: the 0.8.3 log "Forcing kv cache
+    block size to 64 for FlashMLA backend.", the 0.11 source) replaces a block size that FlashMLA (SM 9.0, 64)
+    or CUTLASS MLA (SM 10.0, 128, from 0.10) cannot take by that backend's, with an info line. 0.8 replaced any
+    size other than 64, 0.11 only non-multiples; both replace the non-multiples, which is what is applied here.
+    """
+    model, gpu = request.model, request.gpu
+    default = default_block_size(model, engine, gpu, request.device)
+    asked = request.block_size
+    if asked is None:
+        return default, []
+    capability = gpu.compute_capability if gpu else None
+    if model.uses_mla and request.device == "cuda":
+        for sm, name, forced in engine.mla_forced_blocks:
+            if capability == sm and asked % forced:
+                text = f"Forcing kv cache block size to {forced} for {name} backend."
+                return forced, [Message(level="info", code="mla_block_size_forced", text=text)]
+    return asked, []
 
 
 def _batch(request: PlanRequest, engine: EngineProfile, max_len: int) -> tuple[int, int, bool]:

@@ -7,6 +7,7 @@ The weights must load, some memory must be left for blocks, and one request of `
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from service.core.engines import EngineProfile
@@ -172,6 +173,9 @@ def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks
     headroom = memory.total_bytes - memory.budget_bytes
     if estimate.bytes <= headroom:
         return []
+    # The largest utilisation whose headroom total × (1 − u) holds the estimate, rounded down to 0.01.
+    most = math.floor((1 - estimate.bytes / memory.total_bytes) * 100) / 100
+    lower = f"set --gpu-memory-utilization ≤ {most:.2f}" if most > 0 else "lower gpu_memory_utilization"
     return [
         Message(
             level="warning",
@@ -180,7 +184,7 @@ def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks
                 f"CUDA graphs are captured after the KV cache is allocated, in the memory gpu_memory_utilization "
                 f"leaves free: about {gib(estimate.bytes)} GiB ({estimate.formula}) against {gib(headroom)} GiB left. "
                 "vLLM may log its KV cache size and then fail with CUDA out of memory while capturing CUDA graphs; "
-                "lower gpu_memory_utilization or pass --enforce-eager."
+                f"{lower} or pass --enforce-eager."
             ),
         )
     ]

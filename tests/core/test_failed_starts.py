@@ -1,0 +1,241 @@
+"""Will it start: kvcap's verdict against every recorded start-up whose outcome is known (``make accuracy``).
+
+* every failed start that kvcap can plan comes out not starting, with the logged reason's class (vLLM stops at
+  its first error, so kvcap's first error is compared);
+* no start that succeeded (among those planned with their logged settings) is predicted to fail;
+* the new checks reproduce vLLM's own lines, as quoted in the public logs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench.accuracy import (
+    FAILURE_CLASSES,
+    StartVerdict,
+    failure_class,
+    judge_starts,
+    load_cases,
+    logged_failure,
+    start_counts,
+)
+from service.catalog.builtin import builtin_snapshot
+from service.core.hf_config import parse_hf_config
+from service.core.planner import PlanRequest, plan
+from service.core.planner.settings import over_derived_message
+from service.core.specs import GpuSpec
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+PUBLIC = json.loads((DATA / "vllm-startup-cases-public.json").read_text())
+# vLLM 0.19 ran out of memory warming up the sampler after the KV cache and CUDA graphs were in place; the
+# margin it missed (a fragmented allocator cache) is not a rule kvcap can derive, so these stay misses.
+UNMODELLED_CLASSES = {"sampler_warmup_oom"}
+
+VERDICTS = judge_starts()
+FAILED = [v for v in VERDICTS if not v.started and v.fits is not None]
+
+
+def _params(verdicts: list[StartVerdict]) -> list[object]:
+    return [
+        pytest.param(
+            v,
+            id=str(v.case_id),
+            marks=[pytest.mark.xfail(strict=True, reason=f"{v.logged_class} is not modelled")]
+            if v.logged_class in UNMODELLED_CLASSES
+            else [],
+        )
+        for v in verdicts
+    ]
+
+
+def test_every_public_failed_start_is_in_the_report_with_a_known_reason() -> None:
+    failed = [c for c in PUBLIC if c["started"] is False]
+    assert len(failed) >= 13
+    reported = {v.case_id for v in VERDICTS if not v.started}
+    known = {name for name, _ in FAILURE_CLASSES}
+    for case in failed:
+        assert case["id"] in reported
+        assert failure_class(case["failure"]) in known, case["failure"]
+
+
+def test_a_refusal_quoted_in_an_excerpt_is_a_failed_start() -> None:
+    case_2 = next(c for c in load_cases() if c["id"] == 2)
+    assert "started" not in case_2
+    line = logged_failure(case_2)
+    assert line is not None and line.startswith("The model's max seq len (29000) is larger than")
+
+
+@pytest.mark.parametrize("verdict", _params(FAILED))
+def test_failed_start_is_predicted_not_to_start_for_the_logged_reason(verdict: StartVerdict) -> None:
+    assert verdict.fits is False
+    assert verdict.predicted_class == verdict.logged_class, verdict.predicted_text
+
+
+def test_no_start_that_succeeded_is_predicted_to_fail() -> None:
+    counts = start_counts(VERDICTS)
+    assert counts.started >= 40
+    alarms = [(v.case_id, v.predicted_text) for v in VERDICTS if v.started and v.predicted_fail]
+    assert alarms == []
+    assert counts.false_alarms == 0
+
+
+def test_counts_cover_the_plannable_failures() -> None:
+    counts = start_counts(VERDICTS)
+    assert counts.plannable_failed == len(FAILED) >= 5
+    modelled = [v for v in FAILED if v.logged_class not in UNMODELLED_CLASSES]
+    assert counts.reason_matched == len(modelled)
+
+
+# --- the checks themselves, against vLLM's lines ------------------------------------------------------------
+
+
+def _model(vocab: int, heads: int = 40, kv_heads: int = 40) -> PlanRequest:
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": heads * 128,
+        "intermediate_size": 4 * heads * 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "max_position_embeddings": 4096,
+        "vocab_size": vocab,
+        "torch_dtype": "bfloat16",
+    }
+    return PlanRequest(model=parse_hf_config(config), kv_cache_memory_bytes=2**30, engine="vllm-0.19")
+
+
+def _errors(request: PlanRequest, tp: int) -> list[tuple[str, str]]:
+    result = plan(replace(request, tensor_parallel_size=tp))
+    return [(m.code, m.text) for m in result.messages if m.level == "error"]
+
+
+def test_vocab_rows_must_split_evenly_after_padding_to_64() -> None:
+    # 151936 = 64 × 2374 is already padded; 151936 mod 5 = 1 (vLLM 0.19: "151936 is not divisible by 5").
+    assert ("tp_vocab", "151936 is not divisible by 5") in _errors(_model(151936), 5)
+    # 151646 pads to ceil(151646 / 64) × 64 = 151680 = 5 × 30336: it splits over 5.
+    assert not [c for c, _ in _errors(_model(151646), 5) if c == "tp_vocab"]
+    # Any power of two up to 64 divides a padded vocabulary.
+    for tp in (2, 4, 8):
+        assert not [c for c, _ in _errors(_model(151646, heads=64, kv_heads=64), tp) if c == "tp_vocab"]
+
+
+def test_heads_are_checked_before_the_vocabulary() -> None:
+    codes = [c for c, _ in _errors(_model(32001, heads=32, kv_heads=32), 3)]
+    # 32 heads over TP 3 fail first (config validation), then 32001 → 32064 = 64 × 501, 32064 mod 3 = 0: no
+    # vocabulary error; KV heads 32 mod 3 ≠ 0.
+    assert codes[0] == "tp_heads"
+    assert "tp_vocab" not in codes
+
+
+def test_over_derived_length_uses_vllms_words() -> None:
+    case = next(c for c in PUBLIC if c["id"] == 2034)
+    text = over_derived_message(8192, 2048, 2048)
+    assert case["failure"].startswith("Value error, " + text)
+
+
+@pytest.mark.parametrize(
+    ("engine", "gpu", "expected", "backend"),
+    [
+        ("vllm-0.8", "h100-sxm-80gb", 64, "FlashMLA"),
+        ("vllm-0.11", "h200", 64, "FlashMLA"),
+        ("vllm-0.10", "b200", 128, "CUTLASS_MLA"),
+        ("vllm-0.8", "b200", 16, None),  # no CUTLASS MLA default before 0.10
+        ("vllm-0.11", "a100-sxm4-80gb", 16, None),  # FlashMLA needs SM 9.0
+        ("vllm-0.12", "h100-sxm-80gb", 16, None),  # from 0.12 the backend follows the block size
+        ("vllm-0.7", "h100-sxm-80gb", 16, None),  # V0
+    ],
+)
+def test_mla_block_size_is_forced_to_the_backends_on_cuda(
+    engine: str, gpu: str, expected: int, backend: str | None
+) -> None:
+    snapshot = builtin_snapshot()
+    base = PlanRequest(
+        model=snapshot.models["deepseek-v2-lite"].spec,
+        gpu=snapshot.gpus[gpu].spec,
+        engine=engine,
+        suggest=False,
+    )
+    asked = plan(replace(base, block_size=16))
+    assert asked.kv_cache.block_size == expected
+    forced = [m.text for m in asked.messages if m.code == "mla_block_size_forced"]
+    if backend is None:
+        assert forced == []
+    else:
+        assert forced == [f"Forcing kv cache block size to {expected} for {backend} backend."]
+        # the capacity is the backend's block size's, block for block
+        same = plan(replace(base, block_size=expected))
+        assert asked.kv_cache.num_gpu_blocks == same.kv_cache.num_gpu_blocks
+    # a multiple of the backend's block is kept
+    assert plan(replace(base, block_size=256)).kv_cache.block_size == 256
+
+
+def _quantized(engine: str, quantization: str, capability: str) -> list[tuple[str, str]]:
+    snapshot = builtin_snapshot()
+    gpu = GpuSpec(
+        name="test-gpu", memory_bytes=32 * 2**30, compute_capability=capability, supports_bf16=False
+    )
+    request = PlanRequest(
+        model=snapshot.models["llama-3.1-8b"].spec,
+        gpu=gpu,
+        engine=engine,
+        quantization=quantization,
+        dtype="float16",
+        max_model_len=4096,
+        suggest=False,
+    )
+    return [(m.code, m.text) for m in plan(request).messages if m.level == "error"]
+
+
+def test_v1_refuses_awq_below_turing_in_vllms_words() -> None:
+    # vLLM 0.8.5 on a V100 (SM 7.0): "The quantization method awq is not supported for the current GPU.
+    # Minimum capability: 75. Current capability: 70."
+    text = "The quantization method awq is not supported for the current GPU. Minimum capability: 75. Current capability: 70."
+    assert ("quantization_unsupported_gpu", text) in _quantized("vllm-0.8", "awq", "7.0")
+    assert not any(c == "quantization_unsupported_gpu" for c, _ in _quantized("vllm-0.8", "awq", "7.5"))
+
+
+def test_fp8_minimum_follows_the_release() -> None:
+    def refused(engine: str) -> bool:
+        return any(c == "quantization_unsupported_gpu" for c, _ in _quantized(engine, "fp8", "7.5"))
+
+    assert refused("vllm-0.7")  # 0.6.3 table: 80
+    assert refused("vllm-0.19")  # 80 (Marlin weight-only fallback from SM 8.0)
+    assert not refused("vllm-0.30")  # Fp8Config.get_min_capability() 75 in v0.30.0
+
+
+def test_refusals_older_than_the_oldest_modelled_release_are_not_judged() -> None:
+    # Cases 6, 7 and 30 are V0 refusals of February – March 2024 (vLLM 0.3): no kvcap profile has their rules.
+    by_id = {v.case_id: v for v in VERDICTS}
+    for case_id in (6, 7, 30):
+        assert by_id[case_id].fits is None
+        assert "before 0.5" in by_id[case_id].why
+
+
+def test_cuda_graph_warning_names_the_utilisation_that_leaves_room() -> None:
+    # u ≤ 1 − estimate / total, rounded down to 0.01: at u the headroom holds the estimate, at u + 0.01 it cannot
+    snapshot = builtin_snapshot()
+    base = PlanRequest(
+        model=snapshot.models["llama-3.1-8b"].spec,
+        gpu=snapshot.gpus["l4"].spec,
+        engine="vllm-0.19",
+        max_model_len=4096,
+        suggest=False,
+    )
+
+    def warning(utilisation: float) -> str | None:
+        result = plan(replace(base, gpu_memory_utilization=utilisation))
+        return next((m.text for m in result.messages if m.code == "cudagraph_capture_may_oom"), None)
+
+    text = warning(0.995)
+    assert text is not None
+    found = re.search(r"set --gpu-memory-utilization ≤ (\d\.\d\d) or pass --enforce-eager", text)
+    assert found is not None
+    most = float(found.group(1))
+    assert warning(most) is None
+    assert warning(round(most + 0.01, 2)) is not None
