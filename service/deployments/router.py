@@ -6,13 +6,14 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
 from typing import Annotated, Literal
 
 import yaml
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
 from service.api.deps import SessionDep, SettingsDep, WriterDep
@@ -20,7 +21,8 @@ from service.api.etag import none_match
 from service.api.pagination import Page, PageDep
 from service.catalog.snapshot import CatalogHolder
 from service.deployments.autoscaling import AutoscalingInputs, scaled_object
-from service.deployments.replan import ReplanBatch, Replanner, matching, prepare, summarize
+from service.deployments.orm import DeploymentEntry
+from service.deployments.replan import ReplanBatch, ReplanJob, Replanner, matching, prepare, summarize
 from service.deployments.repository import DeploymentRepository
 from service.deployments.schemas import (
     DeploymentCreate,
@@ -289,17 +291,18 @@ NDJSON = "application/x-ndjson"
 
 
 async def _replan_deployments(request: Request, change: ReplanRequest) -> list[DeploymentRead]:
-    """The matching deployments from the database (a read-only session, no write lock), else the in-memory copy."""
+    """The matching deployments from the database (a read-only session, no write lock), else the in-memory copy.
+
+    Rows become ``DeploymentRead`` in the worker thread (about 0.1 ms each), so a large registry does not hold
+    the event loop; a row this version cannot read is skipped with a log line, as the registry reload does."""
     holder: DeploymentsHolder | None = getattr(request.app.state, "deployments", None)
     maker = getattr(request.app.state, "sessionmaker", None)
     if maker is not None:
         try:
             async with maker() as session:
-                rows = await DeploymentRepository(session).all(
-                    DeploymentRepository(session).filtered(namespace=change.namespace)
-                )
-                found = [to_read(row) for row in rows]
-            return matching(found, change.labels)
+                repository = DeploymentRepository(session)
+                rows = await repository.all(repository.filtered(namespace=change.namespace))
+            return await off_loop(request, partial(_readable, rows, change.labels))
         except (DBAPIError, OSError):
             if holder is None:
                 raise
@@ -307,6 +310,18 @@ async def _replan_deployments(request: Request, change: ReplanRequest) -> list[D
         raise ServiceUnavailable("the database is not configured")
     listed = [d for d in holder.deployments if change.namespace in (None, d.namespace)]
     return matching(listed, change.labels)
+
+
+def _readable(rows: Sequence[DeploymentEntry], labels: Mapping[str, str]) -> list[DeploymentRead]:
+    found = []
+    for row in rows:
+        if not all((row.labels or {}).get(k) == v for k, v in labels.items()):
+            continue
+        try:
+            found.append(to_read(row))
+        except ValidationError as exc:
+            logger.error("deployment %s/%s skipped: %s", row.namespace, row.name, exc.errors()[:1])
+    return found
 
 
 @router.post(
@@ -359,6 +374,12 @@ def _line(kind: str, payload: dict[str, object]) -> bytes:
     return json.dumps({"type": kind, **payload}, separators=(",", ":")).encode() + b"\n"
 
 
+def _run_chunk(replanner: Replanner, chunk: Sequence[ReplanJob]) -> tuple[list[ReplanDelta], bytes]:
+    """One chunk's deltas and their NDJSON lines, both made in the worker thread."""
+    done = replanner.run_all(chunk)
+    return done, b"".join(b'{"type":"deployment",' + d.model_dump_json().encode()[1:] + b"\n" for d in done)
+
+
 async def _replan_lines(
     request: Request, batch: ReplanBatch, replanner: Replanner, started: float
 ) -> AsyncIterator[bytes]:
@@ -376,9 +397,8 @@ async def _replan_lines(
     deltas: list[ReplanDelta] = []
     try:
         for chunk in batch.chunks():
-            done = await off_loop(request, partial(replanner.run_all, chunk))
-            for delta in done:
-                yield _line("deployment", delta.model_dump(mode="json"))
+            done, lines = await off_loop(request, partial(_run_chunk, replanner, chunk))
+            yield lines
             deltas.extend(done)
             yield _line(
                 "progress",
