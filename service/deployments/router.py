@@ -6,10 +6,12 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from functools import partial
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
+import anyio
+import anyio.to_thread
 import yaml
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
@@ -43,7 +45,6 @@ from service.deployments.service import (
 from service.errors import NotFound, ServiceUnavailable, Unprocessable
 from service.live.guard import TargetGuard
 from service.live.schemas import PrometheusSource, check_promql_match
-from service.planning.router import off_loop
 from service.settings import Settings
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
@@ -288,6 +289,16 @@ async def get_autoscaling(
 
 
 NDJSON = "application/x-ndjson"
+T = TypeVar("T")
+
+
+async def _replan_thread(request: Request, compute: Callable[[], T]) -> T:
+    """``compute()`` in the one worker thread all replans of this process share (``app.state.replan_limiter``):
+    concurrent replans take turns chunk by chunk, and never hold more than one of the threads plans use."""
+    limiter: anyio.CapacityLimiter | None = getattr(request.app.state, "replan_limiter", None)
+    if limiter is None:
+        limiter = request.app.state.replan_limiter = anyio.CapacityLimiter(1)
+    return await anyio.to_thread.run_sync(compute, limiter=limiter)
 
 
 async def _replan_deployments(request: Request, change: ReplanRequest) -> list[DeploymentRead]:
@@ -302,7 +313,7 @@ async def _replan_deployments(request: Request, change: ReplanRequest) -> list[D
             async with maker() as session:
                 repository = DeploymentRepository(session)
                 rows = await repository.all(repository.filtered(namespace=change.namespace))
-            return await off_loop(request, partial(_readable, rows, change.labels))
+            return await _replan_thread(request, partial(_readable, rows, change.labels))
         except (DBAPIError, OSError):
             if holder is None:
                 raise
@@ -346,7 +357,7 @@ async def replan_deployments(request: Request, body: ReplanRequest) -> Response:
     deployments = await _replan_deployments(request, body)
     catalog: CatalogHolder = request.app.state.catalog
     snapshot = catalog.snapshot
-    batch = await off_loop(request, partial(prepare, snapshot, deployments, body))
+    batch = await _replan_thread(request, partial(prepare, snapshot, deployments, body))
     replanner = Replanner(
         snapshot,
         body,
@@ -361,7 +372,7 @@ async def replan_deployments(request: Request, body: ReplanRequest) -> Response:
         )
     deltas: list[ReplanDelta] = []
     for chunk in batch.chunks():
-        deltas.extend(await off_loop(request, partial(replanner.run_all, chunk)))
+        deltas.extend(await _replan_thread(request, partial(replanner.run_all, chunk)))
     deltas.sort(key=lambda d: (d.namespace, d.name))
     summary = summarize(
         deltas, replanner, configurations=batch.configurations, elapsed_seconds=time.perf_counter() - started
@@ -397,7 +408,7 @@ async def _replan_lines(
     deltas: list[ReplanDelta] = []
     try:
         for chunk in batch.chunks():
-            done, lines = await off_loop(request, partial(_run_chunk, replanner, chunk))
+            done, lines = await _replan_thread(request, partial(_run_chunk, replanner, chunk))
             yield lines
             deltas.extend(done)
             yield _line(
