@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from typing import Any
 
 import httpx
@@ -302,3 +303,27 @@ async def test_concurrent_users_round_up(client: httpx.AsyncClient) -> None:
         client, body, workload=body["workload"] | {"concurrent_users": math.ceil(33 * 1.5)}, simulate=False
     )
     assert by_name(result)["users"]["new"]["replicas"] == expected["replicas"]
+
+
+async def test_the_work_runs_off_the_event_loop_in_chunks(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await register(client, *(deployment(f"d-{i}") for i in range(5)))
+    monkeypatch.setattr(replan_module, "CHUNK", 2)
+    loop_thread = threading.get_ident()
+    threads: list[tuple[str, int, int]] = []
+    run_all = replan_module.Replanner.run_all
+
+    def recording(self: replan_module.Replanner, jobs: Any) -> Any:
+        threads.append(("run_all", threading.get_ident(), len(jobs)))
+        return run_all(self, jobs)
+
+    monkeypatch.setattr(replan_module.Replanner, "run_all", recording)
+    for accept in ("application/json", "application/x-ndjson"):
+        threads.clear()
+        answer = await client.post(
+            "/v1/deployments/replan", json={"simulate": False}, headers={"Accept": accept}
+        )
+        assert answer.status_code == 200
+        assert [n for _, _, n in threads] == [2, 2, 1]
+        assert all(ident != loop_thread for _, ident, _ in threads)
