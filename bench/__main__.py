@@ -21,6 +21,7 @@ from bench import (
     bench_core,
     bench_live,
     bench_registry,
+    bench_replan,
     bench_simulator,
     bench_ui,
 )
@@ -119,6 +120,17 @@ def main() -> None:
     )
 
     for r in bench_simulator.run():
+        rows.append(
+            Row(
+                r["name"],
+                _ms(r["seconds"]),
+                r["note"],
+                r["seconds"] / r["baseline"] if r["baseline"] else None,
+                r["target"],
+            )
+        )
+
+    for r in bench_replan.run():
         rows.append(
             Row(
                 r["name"],

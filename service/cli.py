@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from service.admission.cli import check as check_command
+from service.deployments.replan_cli import replan_command
 from service.planning.simulate_cli import simulate_command
 
 if TYPE_CHECKING:
@@ -549,6 +550,7 @@ def sweep(
 
 app.command("check")(check_command)
 app.command("simulate")(simulate_command)
+app.command("replan")(replan_command)
 
 
 def main() -> None:

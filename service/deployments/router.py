@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
-from typing import Annotated, Literal
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from functools import partial
+from typing import Annotated, Literal, TypeVar
 
+import anyio
+import anyio.to_thread
 import yaml
 from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
 from service.api.deps import SessionDep, SettingsDep, WriterDep
@@ -15,7 +23,18 @@ from service.api.etag import none_match
 from service.api.pagination import Page, PageDep
 from service.catalog.snapshot import CatalogHolder
 from service.deployments.autoscaling import AutoscalingInputs, scaled_object
-from service.deployments.schemas import DeploymentCreate, DeploymentPlan, DeploymentRead, DeploymentUpdate
+from service.deployments.orm import DeploymentEntry
+from service.deployments.replan import ReplanBatch, ReplanJob, Replanner, matching, prepare, summarize
+from service.deployments.repository import DeploymentRepository
+from service.deployments.schemas import (
+    DeploymentCreate,
+    DeploymentPlan,
+    DeploymentRead,
+    DeploymentUpdate,
+    ReplanDelta,
+    ReplanRequest,
+    ReplanResponse,
+)
 from service.deployments.service import (
     DeploymentService,
     DeploymentsHolder,
@@ -23,12 +42,13 @@ from service.deployments.service import (
     parse_label_selector,
     to_read,
 )
-from service.errors import NotFound, Unprocessable
+from service.errors import NotFound, ServiceUnavailable, Unprocessable
 from service.live.guard import TargetGuard
 from service.live.schemas import PrometheusSource, check_promql_match
 from service.settings import Settings
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
+logger = logging.getLogger("kvcap.deployments")
 
 ERRORS = {
     401: {"description": "a bearer token is required"},
@@ -266,3 +286,146 @@ async def get_autoscaling(
     if format == "json":
         return Response(json.dumps(manifest, indent=2), media_type="application/json")
     return Response(yaml.safe_dump(manifest, sort_keys=False), media_type="application/yaml")
+
+
+NDJSON = "application/x-ndjson"
+T = TypeVar("T")
+
+
+async def _replan_thread(request: Request, compute: Callable[[], T]) -> T:
+    """``compute()`` in the one worker thread all replans of this process share (``app.state.replan_limiter``):
+    concurrent replans take turns chunk by chunk, and never hold more than one of the threads plans use."""
+    limiter: anyio.CapacityLimiter | None = getattr(request.app.state, "replan_limiter", None)
+    if limiter is None:
+        limiter = request.app.state.replan_limiter = anyio.CapacityLimiter(1)
+    return await anyio.to_thread.run_sync(compute, limiter=limiter)
+
+
+async def _replan_deployments(request: Request, change: ReplanRequest) -> list[DeploymentRead]:
+    """The matching deployments from the database (a read-only session, no write lock), else the in-memory copy.
+
+    Rows become ``DeploymentRead`` in the worker thread (about 0.1 ms each), so a large registry does not hold
+    the event loop; a row this version cannot read is skipped with a log line, as the registry reload does."""
+    holder: DeploymentsHolder | None = getattr(request.app.state, "deployments", None)
+    maker = getattr(request.app.state, "sessionmaker", None)
+    if maker is not None:
+        try:
+            async with maker() as session:
+                repository = DeploymentRepository(session)
+                rows = await repository.all(repository.filtered(namespace=change.namespace))
+            return await _replan_thread(request, partial(_readable, rows, change.labels))
+        except (DBAPIError, OSError):
+            if holder is None:
+                raise
+    if holder is None:
+        raise ServiceUnavailable("the database is not configured")
+    listed = [d for d in holder.deployments if change.namespace in (None, d.namespace)]
+    return matching(listed, change.labels)
+
+
+def _readable(rows: Sequence[DeploymentEntry], labels: Mapping[str, str]) -> list[DeploymentRead]:
+    found = []
+    for row in rows:
+        if not all((row.labels or {}).get(k) == v for k, v in labels.items()):
+            continue
+        try:
+            found.append(to_read(row))
+        except ValidationError as exc:
+            logger.error("deployment %s/%s skipped: %s", row.namespace, row.name, exc.errors()[:1])
+    return found
+
+
+@router.post(
+    "/replan",
+    response_model=ReplanResponse,
+    summary="What-if: every registered deployment's plan and replicas under more traffic, new SLOs, another "
+    "vLLM release or GPU type (nothing is stored)",
+    responses={
+        200: {
+            "description": f"JSON, or with `Accept: {NDJSON}` one line per deployment, progress lines and a "
+            "summary line, streamed as they are computed",
+            "content": {NDJSON: {}},
+        },
+        422: {"description": "invalid change, or more work than one replan may do (the field is named)"},
+        503: ERRORS[503],
+    },
+)
+async def replan_deployments(request: Request, body: ReplanRequest) -> Response:
+    """Reads the registry, then plans in a worker thread, ``CHUNK`` deployments at a time (the event loop keeps
+    serving between chunks). Caps and an invalid change are refused with a 422 before any work starts."""
+    started = time.perf_counter()
+    deployments = await _replan_deployments(request, body)
+    catalog: CatalogHolder = request.app.state.catalog
+    snapshot = catalog.snapshot
+    batch = await _replan_thread(request, partial(prepare, snapshot, deployments, body))
+    replanner = Replanner(
+        snapshot,
+        body,
+        getattr(request.app.state, "calibrations", None),
+        getattr(request.app.state, "step_time_scales", None),
+    )
+    if NDJSON in request.headers.get("accept", ""):
+        return StreamingResponse(
+            _replan_lines(request, batch, replanner, started),
+            media_type=NDJSON,
+            headers={"Cache-Control": "no-store"},
+        )
+    deltas: list[ReplanDelta] = []
+    for chunk in batch.chunks():
+        deltas.extend(await _replan_thread(request, partial(replanner.run_all, chunk)))
+    deltas.sort(key=lambda d: (d.namespace, d.name))
+    summary = summarize(
+        deltas, replanner, configurations=batch.configurations, elapsed_seconds=time.perf_counter() - started
+    )
+    response = ReplanResponse(change=body, deployments=deltas, summary=summary)
+    return Response(response.model_dump_json(), media_type="application/json")
+
+
+def _line(kind: str, payload: dict[str, object]) -> bytes:
+    return json.dumps({"type": kind, **payload}, separators=(",", ":")).encode() + b"\n"
+
+
+def _run_chunk(replanner: Replanner, chunk: Sequence[ReplanJob]) -> tuple[list[ReplanDelta], bytes]:
+    """One chunk's deltas and their NDJSON lines, both made in the worker thread."""
+    done = replanner.run_all(chunk)
+    return done, b"".join(b'{"type":"deployment",' + d.model_dump_json().encode()[1:] + b"\n" for d in done)
+
+
+async def _replan_lines(
+    request: Request, batch: ReplanBatch, replanner: Replanner, started: float
+) -> AsyncIterator[bytes]:
+    """``start``, then per chunk its ``deployment`` lines and a ``progress`` line, then ``summary`` (or ``error``)."""
+    total = len(batch.jobs)
+    yield _line(
+        "start",
+        {
+            "deployments": total,
+            "configurations": batch.configurations,
+            "simulate": batch.change.simulate,
+            "change": batch.change.model_dump(mode="json"),
+        },
+    )
+    deltas: list[ReplanDelta] = []
+    try:
+        for chunk in batch.chunks():
+            done, lines = await _replan_thread(request, partial(_run_chunk, replanner, chunk))
+            yield lines
+            deltas.extend(done)
+            yield _line(
+                "progress",
+                {
+                    "done": len(deltas),
+                    "total": total,
+                    "elapsed_seconds": round(time.perf_counter() - started, 3),
+                },
+            )
+    except Exception as exc:  # the status line is sent already: report on the stream itself
+        logger.exception("replan failed after %d of %d deployments", len(deltas), total)
+        yield _line(
+            "error", {"message": f"replan failed after {len(deltas)} of {total}: {type(exc).__name__}"}
+        )
+        return
+    summary = summarize(
+        deltas, replanner, configurations=batch.configurations, elapsed_seconds=time.perf_counter() - started
+    )
+    yield _line("summary", summary.model_dump(mode="json"))

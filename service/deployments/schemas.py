@@ -17,6 +17,7 @@ from service.planning.schemas import (
     PlanSettings,
     RecommendationOut,
     RefName,
+    Schema,
     WorkloadIn,
 )
 
@@ -38,6 +39,15 @@ def _name(value: str) -> str:
     return value
 
 
+def check_labels(value: dict[str, str]) -> dict[str, str]:
+    for key, label in value.items():
+        if len(key) > 253 or not _LABEL_KEY.fullmatch(key):
+            raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
+        if len(label) > 63 or not _LABEL_VALUE.fullmatch(label):
+            raise ValueError(f"label value {label!r} (key {key!r}) is not a valid Kubernetes label value")
+    return value
+
+
 Namespace = Annotated[str, StringConstraints(min_length=1, max_length=63), AfterValidator(_namespace)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=253), AfterValidator(_name)]
 
@@ -53,12 +63,7 @@ class DeploymentFields(PlanSettings):
     @field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, label in value.items():
-            if len(key) > 253 or not _LABEL_KEY.fullmatch(key):
-                raise ValueError(f"label key {key!r} is not a valid Kubernetes label key")
-            if len(label) > 63 or not _LABEL_VALUE.fullmatch(label):
-                raise ValueError(f"label value {label!r} (key {key!r}) is not a valid Kubernetes label value")
-        return value
+        return check_labels(value)
 
 
 class DeploymentCreate(DeploymentFields):
@@ -115,3 +120,89 @@ SETTINGS_FIELDS: tuple[str, ...] = tuple(PlanSettings.model_fields)
 
 def settings_of(data: dict[str, Any]) -> dict[str, Any]:
     return {key: data[key] for key in SETTINGS_FIELDS if key in data}
+
+
+class SloChange(Schema):
+    """New SLOs for every deployment with a workload; an unset field keeps each deployment's own."""
+
+    ttft_p95_seconds: Annotated[float, Field(gt=0, le=3600)] | None = None
+    tpot_seconds: Annotated[float, Field(gt=0, le=60)] | None = None
+    slo_percentile: Literal["p50", "p99", "mean"] | None = None
+
+
+class ReplanRequest(Schema):
+    """``POST /v1/deployments/replan``: one change applied to every matching deployment (nothing is stored)."""
+
+    traffic_multiplier: Annotated[float, Field(gt=0, le=1000)] = Field(
+        default=1.0,
+        description="scales each workload's requests_per_second (or concurrent_users, rounded up)",
+    )
+    slo: SloChange | None = None
+    engine: Annotated[str, StringConstraints(min_length=1, max_length=32)] | None = Field(
+        default=None, description="another vLLM release for every deployment, e.g. 'vllm-0.11'"
+    )
+    gpu: RefName | None = Field(default=None, description="another catalog GPU type for every deployment")
+    namespace: Namespace | None = None
+    labels: Annotated[dict[str, str], AfterValidator(check_labels)] = Field(
+        default_factory=dict, max_length=64, description="only deployments carrying all of these labels"
+    )
+    simulate: bool = Field(
+        default=True, description="size replicas with the serving simulator; false: the roofline bound only"
+    )
+
+
+class ReplanSide(BaseModel):
+    """One side of a deployment's delta: as registered (``current``) or under the change (``new``)."""
+
+    gpu: str | None
+    engine: str | None
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    replicas: int | None
+    gpus: int | None
+    cost_per_hour_usd: float | None
+    fits: bool | None
+    sizing: Literal["registered", "simulated", "roofline", "kv-cache", "scaled", "none"]
+    reason: str | None
+
+
+class ReplanDelta(BaseModel):
+    namespace: str
+    name: str
+    status: Literal["ok", "does_not_fit", "error"]
+    changed: bool
+    current: ReplanSide | None
+    new: ReplanSide | None
+    gpus_delta: int | None
+    cost_per_hour_delta_usd: float | None
+    error: str | None = Field(default=None, description="why the deployment could not be replanned")
+
+
+class ReplanSummary(BaseModel):
+    deployments: int
+    ok: int
+    does_not_fit: int
+    errors: int
+    changed: int
+    gpus_current: int = Field(description="over the deployments with a delta on both sides")
+    gpus_new: int
+    gpus_added: int
+    gpus_freed: int
+    cost_per_hour_current_usd: float
+    cost_per_hour_new_usd: float
+    cost_per_hour_delta_usd: float
+    configurations: int = Field(
+        description="distinct configurations sized (deployments that share one share the work)"
+    )
+    plans_computed: int
+    plans_reused: int
+    recommendations_computed: int
+    recommendations_reused: int
+    simulate: bool
+    elapsed_seconds: float
+
+
+class ReplanResponse(BaseModel):
+    change: ReplanRequest
+    deployments: list[ReplanDelta] = Field(description="ordered by namespace and name")
+    summary: ReplanSummary

@@ -11,8 +11,17 @@ The model (PostgreSQL; no table, no migration):
    the current database. A replica joins by connecting and leaves by disconnecting — or by dying: the server
    ends the session when the TCP connection goes, with no heartbeat table to clean up.
 2. **Preference.** Each deployment key (``namespace/name``) is assigned by rendezvous (highest-random-weight)
-   hashing: the member with the highest ``hash(member, key)`` is its preferred owner. Every replica computes
-   the same answer from the same member list, and when a member joins or leaves only ~1/N of the keys move.
+   hashing with bounded loads (``assign``): keys are visited in the order of their hash, and each goes to the
+   member with the highest ``hash(member, key)`` that still has room (every member gets ``floor(keys /
+   members)`` keys, the first ones to fill up one more). Every replica computes the same answer from the
+   same member list and registry, and the split is even to one key. Plain rendezvous hashing leaves the
+   split to chance: 1,000 keys over 3 replicas came out up to 13 % off the even share in 40 random sets of
+   pod names, and far more for small registries. When a member joins or leaves, its share moves plus a few
+   keys the bound displaces (about 5 of 1,000 on average, 21 at most, over the 120 departures of those
+   trials): the bounded-load variant of consistent hashing (Mirrokni, Thorup and Zadimoghaddam, "Consistent
+   Hashing with Bounded Loads", 2016). Replicas whose registry copies differ for a moment (a write not yet
+   reloaded elsewhere) may disagree on a few keys; exclusion (below) keeps that safe, and the next reload
+   ends it.
 3. **Exclusion.** Preference alone can disagree while replicas see different member lists (one has noticed a
    newcomer, the other not yet). Ownership is therefore a session-level advisory lock,
    ``pg_try_advisory_lock(<64-bit hash of the key>)``, taken on the dedicated connection: a replica scrapes
@@ -42,7 +51,7 @@ import abc
 import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -89,6 +98,31 @@ def lock_id(key: str, group: str = DEFAULT_GROUP) -> int:
 def preferred_owner(key: str, members: Sequence[str] | set[str]) -> str:
     """Rendezvous hashing: the member with the highest weight for ``key`` (ties broken by name)."""
     return max(members, key=lambda member: (_digest(member + "\0" + key), member))
+
+
+def assign(keys: Iterable[str], members: Collection[str]) -> dict[str, str]:
+    """The owner of every key: rendezvous hashing with bounded loads (module docstring, point 2).
+
+    Keys are visited in the order of their digest (not their names, which cluster by namespace), so the keys
+    the bound displaces are spread over the registry; the result does not depend on the order ``keys`` come in.
+    """
+    ranked = sorted(set(members))
+    if not ranked:
+        raise ValueError("assign needs at least one member")
+    unique = sorted(set(keys), key=lambda key: (_digest(key), key))
+    # Every member takes ``base`` keys; ``extra`` of them (the first to fill up) one more: shares differ by ≤ 1.
+    base, extra = divmod(len(unique), len(ranked))
+    load = dict.fromkeys(ranked, 0)
+    owners: dict[str, str] = {}
+    for key in unique:
+        for member in sorted(ranked, key=lambda m: (_digest(m + "\0" + key), m), reverse=True):
+            if load[member] < base or (load[member] == base and extra > 0):
+                if load[member] == base:
+                    extra -= 1
+                owners[key] = member
+                load[member] += 1
+                break
+    return owners
 
 
 def normalize_replica_id(replica_id: str, group: str = DEFAULT_GROUP) -> str:
@@ -227,7 +261,7 @@ class PostgresCoordinator(Coordinator):
     async def _rebalance(self, keys: Sequence[str]) -> set[str]:
         conn = await self._connection()
         members = await self._members(conn)
-        wanted = {key for key in keys if preferred_owner(key, members) == self.replica_id}
+        wanted = {key for key, owner in assign(keys, members).items() if owner == self.replica_id}
         release = [key for key in self._held if key not in wanted]
         if release:
             await conn.execute(

@@ -35,7 +35,8 @@ def option_out(option: Option) -> OptionOut:
 def make_recommendation(
     snapshot: CatalogSnapshot, body: RecommendRequestBody, *, time_scale: float = 1.0
 ) -> RecommendationOut:
-    """``time_scale``: a step-time scale fitted from live latency (the deployment plan passes its own)."""
+    """``time_scale``: a step-time scale fitted from live latency (the deployment plan passes its own);
+    ``body.simulate = False`` sizes every option by the roofline bound alone (``Search.simulate``)."""
     model = resolve_model_ref(snapshot, body.model)
     gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
     assert gpu is not None and gpu_subject is not None
@@ -46,7 +47,7 @@ def make_recommendation(
             request,
             workload,
             tensor_parallel_sizes=body.tensor_parallel_sizes,
-            search=Search(time_scale=time_scale),
+            search=Search(time_scale=time_scale, simulate=body.simulate),
         )
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None

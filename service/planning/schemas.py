@@ -274,6 +274,10 @@ class RecommendRequestBody(PlanSettings):
         max_length=16,
         description="candidates (default: powers of two up to 8 that divide the attention heads)",
     )
+    simulate: bool = Field(
+        default=True,
+        description="size replicas with the serving simulator; false: the roofline bound only (optimistic, fast)",
+    )
 
 
 class OptionOut(BaseModel):

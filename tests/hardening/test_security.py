@@ -49,6 +49,8 @@ NO_TOKEN_WRITES = {
     ("POST", "/v1/plans/sweep"),
     ("POST", "/v1/simulations"),  # the serving simulator over the in-memory catalog
     ("POST", "/v1/checks"),  # the admission verdict for a pasted manifest, what `kvcap check` computes
+    # The fleet what-if: reads the registry (reads are open) and the in-memory catalog, stores nothing.
+    ("POST", "/v1/deployments/replan"),
 }
 DEPLOYMENT = {"namespace": "sec", "name": "chat", "model": "llama-3.1-8b", "gpu": "l4", "max_model_len": 4096}
 
@@ -282,6 +284,7 @@ async def test_the_token_free_posts_change_nothing(secured: httpx.AsyncClient) -
             "benchmark": {"num_prompts": 8, "random_input_len": 128, "random_output_len": 16},
         },
         "/v1/checks": {"manifest": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"},
+        "/v1/deployments/replan": {"traffic_multiplier": 2},
     }
 
     async def state() -> list[Any]:

@@ -70,3 +70,10 @@ def test_the_probe_sees_a_heavy_import_when_one_happens() -> None:
     code, loaded = _loaded_by("migrate", "--database-url", "not-a-scheme://")
     assert code == 2
     assert "sqlalchemy" in loaded
+
+
+def test_replan_refusing_bad_input_loads_no_web_http_or_database_package() -> None:
+    # `kvcap replan` is a client: it validates the change before opening a connection, so a typo costs no HTTP stack.
+    code, loaded = _loaded_by("replan", "--traffic", "0")
+    assert code == 2
+    assert loaded == []
