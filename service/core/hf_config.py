@@ -260,12 +260,13 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
     chunk = r.int_("attention_chunk_size")
     if chunk is not None:
         no_rope = r.raw("no_rope_layers")
-        if isinstance(no_rope, Sequence) and not isinstance(no_rope, str) and len(no_rope) == 0:
-            # transformers' Llama4TextConfig: an empty list means the default pattern, every
+        omitted = no_rope is None and model_type.startswith("llama4")
+        if omitted or (isinstance(no_rope, Sequence) and not isinstance(no_rope, str) and len(no_rope) == 0):
+            # transformers' Llama4TextConfig: an empty or omitted list means the default pattern, every
             # ``no_rope_layer_interval``-th layer (4) without RoPE: [int((i + 1) % interval != 0) for i in range(L)].
             interval = r.int_("no_rope_layer_interval") or 4
             no_rope = [int((i + 1) % interval != 0) for i in range(layers)]
-            how = f"chunked attention on RoPE layers; every {interval}th layer is NoPE (no_rope_layers is empty)"
+            how = f"chunked attention on RoPE layers; every {interval}th layer is NoPE (no_rope_layers is empty or omitted)"
         else:
             how = "chunked attention on RoPE layers"
         if isinstance(no_rope, Sequence) and len(no_rope) == layers:
@@ -477,8 +478,15 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
 
     num_experts = r.int_("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
     moe_inter = r.int_("moe_intermediate_size")
-    shared_inter = r.int_("shared_expert_intermediate_size")
-    n_shared = r.int_("n_shared_experts", "num_shared_experts")
+    # A published 0 means "no shared expert" (Qwen3-Coder-480B-A35B's config.json carries
+    # ``shared_expert_intermediate_size: 0``; vLLM's ``qwen3_moe.py`` builds no shared expert for it).
+    shared_inter = r.int_("shared_expert_intermediate_size", minimum=0) or None
+    n_shared = r.int_("n_shared_experts", "num_shared_experts", minimum=0) or None
+    if n_shared is None and model_type == "llama4_text" and num_experts:
+        # Llama 4 has no shared-expert key, yet every MoE layer adds one expert-sized shared MLP to the routed
+        # experts (vLLM ``model_executor/models/llama4.py``, ``Llama4MoE.shared_expert``, v0.8.3 onwards).
+        n_shared = 1
+        notes.append("Llama 4: one shared expert per MoE layer (no config key; vLLM's Llama4MoE)")
     first_dense = r.int_("first_k_dense_replace", minimum=0) or 0
     intermediate, inter_note = _intermediate_size(r)
     if inter_note:

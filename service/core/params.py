@@ -100,7 +100,9 @@ def mlp_parameters(p: ParameterInputs, layer_index: int) -> int:
         if p.shared_expert_intermediate_size:
             shared = matrices * h * p.shared_expert_intermediate_size + h  # + shared-expert gate
         elif p.num_shared_experts:
-            shared = p.num_shared_experts * matrices * h * (p.moe_intermediate_size or 0)
+            shared = (
+                p.num_shared_experts * matrices * h * (p.moe_intermediate_size or p.intermediate_size or 0)
+            )
         return p.num_experts * expert + shared + h * p.num_experts  # router
     return matrices * h * (p.intermediate_size or 4 * h)
 

@@ -118,3 +118,55 @@ def test_use_sliding_window_false_means_full_attention_in_every_layer() -> None:
     spec = parse_hf_config(QWEN_25_7B, num_parameters=7_615_616_512)
     assert spec.resolved_layer_types == (LayerType.FULL,) * 28
     assert spec.sliding_window is None
+
+
+def test_an_omitted_no_rope_layers_key_means_the_same_default_pattern() -> None:
+    # Llama4TextConfig: ``no_rope_layers if no_rope_layers else default`` — absent and [] are one case.
+    text = {k: v for k, v in LLAMA_4_SCOUT["text_config"].items() if k != "no_rope_layers"}
+    kinds = parse_hf_config({**LLAMA_4_SCOUT, "text_config": text}, num_parameters=1).resolved_layer_types
+    assert [i for i, k in enumerate(kinds) if k is LayerType.FULL] == list(range(3, 48, 4))
+
+
+def test_llama_4_counts_one_shared_expert_per_moe_layer() -> None:
+    spec = parse_hf_config(LLAMA_4_SCOUT)
+    assert spec.num_shared_experts == 1
+    h, expert, layers, vocab = 5120, 3 * 5120 * 8192, 48, 202048
+    attention = 5120 * 40 * 128 * 2 + 5120 * 8 * 128 * 2
+    # 16 routed experts + the shared one + the router, 2 norms, per layer; untied embeddings; final norm.
+    per_layer = attention + 16 * expert + expert + 16 * h + 2 * h
+    assert spec.num_parameters == layers * per_layer + 2 * vocab * h + h
+
+
+# Qwen/Qwen3-Coder-480B-A35B-Instruct (model card config.json): publishes ``shared_expert_intermediate_size: 0``.
+QWEN3_CODER_480B: dict[str, Any] = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "head_dim": 128,
+    "hidden_size": 6144,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 262144,
+    "moe_intermediate_size": 2560,
+    "num_attention_heads": 96,
+    "num_experts": 160,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 62,
+    "num_key_value_heads": 8,
+    "shared_expert_intermediate_size": 0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 151936,
+}
+
+
+def test_a_zero_shared_expert_width_means_no_shared_expert() -> None:
+    spec = parse_hf_config(QWEN3_CODER_480B)
+    assert spec.num_shared_experts is None
+    h = 6144
+    per_layer = h * 96 * 128 * 2 + h * 8 * 128 * 2 + 160 * 3 * h * 2560 + 160 * h + 2 * h
+    assert spec.num_parameters == 62 * per_layer + 2 * 151936 * h + h  # 480.15B; the model card says 480B
+
+
+def test_a_negative_shared_expert_width_is_still_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_hf_config({**QWEN3_CODER_480B, "shared_expert_intermediate_size": -1})
+    assert info.value.field == "shared_expert_intermediate_size"
