@@ -97,6 +97,10 @@ _UNMODELLED = (
     ("--kv-transfer-config", "KV connector (extra GPU buffers not modelled)"),
     ("--speculative-config", "speculative decoding (draft model / MTP not modelled)"),
     ("--enable-sleep-mode", "sleep mode"),
+    (
+        "--enable-expert-parallel",
+        "expert parallelism (experts sharded over data-parallel ranks not modelled)",
+    ),
 )
 
 
