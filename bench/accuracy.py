@@ -19,7 +19,7 @@ Rules (applied in this order, all documented in the printed report):
    *device-level* used memory (CUDA context and other processes included), a formula no kvcap profile
    implements; the version cannot be
    placed or was stated for a different run of the same source; it uses a feature kvcap does not model (KV
-   connector, speculative decoding); the model is not in the built-in catalog; the GPU cannot be resolved; its
+   connector, speculative decoding, expert parallelism); the model is not in the built-in catalog; the GPU cannot be resolved; its
    own numbers do not add up (total × util − weights − activation − non-torch [− CUDA graphs where subtracted]
    ≠ available, beyond rounding); it reports nothing to compare; or the logged available memory is ≤ 0 (a
    refusal: only the verdict is checked).

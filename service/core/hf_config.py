@@ -509,6 +509,7 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
                 tie_word_embeddings=tie,
                 gated_mlp=model_type not in _NON_GATED_MLP_TYPES,
                 qkv_bias=model_type in _QKV_BIAS_TYPES or r.bool_("attention_bias"),
+                attention_output_gate=r.bool_("attn_output_gate"),
                 layer_types=kinds,
                 kv_lora_rank=kv_lora_rank,
                 q_lora_rank=r.int_("q_lora_rank"),

@@ -90,3 +90,11 @@ def test_exact_budget_path_reproduces_logged_block_counts(outcomes: list[Outcome
         assert counts[0] <= obs.blocks <= counts[1], (o.prepared.case_id, counts, obs.blocks)
         checked += 1
     assert checked >= 15
+
+
+def test_expert_parallel_runs_are_excluded_not_planned_as_tensor_parallel() -> None:
+    # Case 2035: Qwen3-Coder-480B-FP8 with -dp=8 --enable-expert-parallel; each rank holds 1/8 of the experts,
+    # which a TP1 plan of the whole model cannot describe.
+    prepared = {p.case_id: p for p in prepare_all()}
+    assert prepared[2035].model_name == "qwen3-coder-480b-a35b"
+    assert any("expert parallelism" in reason for reason in prepared[2035].excluded)

@@ -170,3 +170,21 @@ def test_a_negative_shared_expert_width_is_still_refused() -> None:
     with pytest.raises(ConfigError) as info:
         parse_hf_config({**QWEN3_CODER_480B, "shared_expert_intermediate_size": -1})
     assert info.value.field == "shared_expert_intermediate_size"
+
+
+def test_an_attention_output_gate_doubles_the_query_projection() -> None:
+    # Qwen3.5 (config.json ``attn_output_gate: true``): q_proj emits queries and the per-head gate.
+    text = {
+        "model_type": "qwen3_5_text",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "intermediate_size": 4096,
+        "vocab_size": 1000,
+        "layer_types": ["full_attention"] * 4,
+    }
+    plain = parse_hf_config({"text_config": text}).num_parameters
+    gated = parse_hf_config({"text_config": {**text, "attn_output_gate": True}}).num_parameters
+    assert gated - plain == 4 * 1024 * 8 * 256
