@@ -44,7 +44,7 @@ from service.core.bounds import (
     check_finite,
     check_int,
 )
-from service.core.dtypes import normalize_model_dtype
+from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.errors import ConfigError, InvalidSpec
 from service.core.params import ParameterInputs, estimate_num_parameters
 from service.core.specs import LayerType, ModelSpec, StateSpec
@@ -334,6 +334,80 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...]) -> StateSpec |
     )
 
 
+def _rope_factor(scaling: Mapping[str, Any], field: str) -> float:
+    factor = scaling.get("factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float):
+        raise ConfigError(f"must be a number, got {factor!r}", field=f"{field}.factor")
+    try:
+        check_finite(factor, field=f"{field}.factor", minimum=0, maximum=MAX_ROPE_FACTOR)
+    except InvalidSpec as exc:
+        raise ConfigError(exc.message, field=exc.field) from None
+    return float(factor)
+
+
+def _rope_cache_length(positions: int, scaling: Any, field: str) -> int:
+    """Rows of one vLLM cos/sin cache (``model_executor/layers/rotary_embedding``, v0.8 – v0.19): the model's
+    ``max_position_embeddings`` for plain, Llama 3 and M-RoPE; times the factor for linear and dynamic NTK
+    scaling (``LinearScalingRotaryEmbedding`` builds ``max_position × factor`` rows); YaRN and DeepSeek-YaRN build
+    ``original_max_position_embeddings × factor``; LongRoPE keeps a short and a long cache
+    (``original + max_position``)."""
+    if not isinstance(scaling, Mapping):
+        return positions
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    if rope_type in ("linear", "dynamic"):
+        return int(positions * _rope_factor(scaling, field))
+    original = scaling.get("original_max_position_embeddings")
+    if not isinstance(original, int) or isinstance(original, bool):
+        original = positions
+    try:
+        original = check_int(
+            original, field=f"{field}.original_max_position_embeddings", maximum=MAX_CONTEXT_TOKENS
+        )
+    except InvalidSpec as exc:
+        raise ConfigError(exc.message, field=exc.field) from None
+    if rope_type in ("yarn", "deepseek_yarn"):
+        return int(original * _rope_factor(scaling, field))
+    if rope_type in ("longrope", "su"):
+        return original + positions
+    return positions
+
+
+def rope_cache_bytes(
+    r: _Reader, model_type: str, head_dim: int, rope_dim: int | None, dtype_bytes: int
+) -> int:
+    """Bytes of the RoPE cos/sin caches vLLM registers as buffers at model construction: one cache per distinct
+    rotary embedding (``get_rope`` memoises instances), ``rows × rotary_dim`` in the model dtype, on every GPU.
+    They are loaded with the weights, so they count in "Model loading took X GiB": Gemma 3's global layers scale
+    a 128K context linearly ×8 (1M rows × 256 × 2 B = 0.5 GiB), Llama 4 Scout's 10M-position cache is 2.5 GiB."""
+    positions = r.int_("max_position_embeddings")
+    if not positions:
+        return 0
+    rotary = rope_dim
+    if rotary is None:
+        explicit = r.int_("rotary_dim")
+        factor = r.raw("partial_rotary_factor")
+        parameters = r.raw("rope_parameters")
+        if factor is None and isinstance(parameters, Mapping):
+            factor = parameters.get("partial_rotary_factor")  # transformers 5 keeps it with the RoPE settings
+        if explicit is not None:
+            rotary = explicit
+        elif isinstance(factor, int | float) and not isinstance(factor, bool) and 0 < factor <= 1:
+            rotary = int(head_dim * factor)
+        else:
+            rotary = head_dim
+    scaling = r.raw("rope_scaling")
+    rows = _rope_cache_length(positions, scaling, "rope_scaling")
+    if model_type == "gemma3_text":
+        # Gemma 3: sliding layers use their own unscaled RoPE (rope_local_base_freq) — a second cache.
+        rows += positions
+    total = rows * rotary * dtype_bytes
+    if total > MAX_CONTEXT_TOKENS * MAX_HEAD_DIM * 8:
+        raise ConfigError(
+            f"implies a {total:,}-byte RoPE cache, far above any published model", field="rope_scaling"
+        )
+    return total
+
+
 def derive_max_model_len(r: _Reader, model_type: str) -> tuple[int | None, str]:
     lengths = [(key, r.int_(key)) for key in _LENGTH_KEYS]
     present = [(key, value) for key, value in lengths if value is not None]
@@ -472,6 +546,14 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
         notes.append("no torch_dtype in config: assuming bfloat16")
 
     state = _state(r, hidden, kinds)
+    # vLLM ``gpt_oss.py`` builds its YaRN cache in float32; every other model's cache takes the model dtype.
+    rope_bytes = rope_cache_bytes(
+        r,
+        model_type,
+        head_dim,
+        qk_rope if is_mla else None,
+        4 if model_type == "gpt_oss" else MODEL_DTYPE_BYTES[torch_dtype],
+    )
     max_len, len_note = derive_max_model_len(r, model_type)
     if len_note:
         notes.append(len_note)
@@ -561,6 +643,7 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
             num_shared_experts=n_shared,
             first_k_dense_replace=first_dense or None,
             num_kv_shared_layers=r.int_("num_kv_shared_layers", minimum=0) or 0,
+            rope_cache_bytes=rope_bytes,
             state=state,
             quantization=_quantization(r),
             tie_word_embeddings=tie,

@@ -15,6 +15,8 @@ vLLM charges the bytes it measures while loading (``Model loading took X GiB``);
   consumer Blackwell) rounds each rank's expert width up to 128 and the hidden size up to 256; FlashInfer on
   data-centre Blackwell rounds both up to 256; on Hopper the Triton backend allocates width/64 but its swizzled
   layout ends up ≈ width rounded to 256 (the recorded H100 loads), which is also the rule when the GPU is unknown.
+* RoPE cos/sin caches (``ModelSpec.rope_cache_bytes``) are buffers built at model construction, so they load
+  with the weights; every rank and stage holds them whole (Gemma 3 4B: 0.56 GiB of its logged 8.58 GiB).
 * Pipeline parallelism gives each stage its layers; the embedding lives on the first stage and the LM head on
   the last (both, when tied, since the last stage needs the weights too).
 
@@ -178,10 +180,12 @@ def weight_shares(
     pipeline_parallel_size: int = 1,
     dtype: str | None = None,
     compute_capability: str | None = None,
+    runtime_buffers: bool = True,
 ) -> tuple[WeightShare, ...]:
     """Bytes of weights one GPU holds, per pipeline stage (see module docstring).
 
-    ``compute_capability`` picks the MXFP4 expert layout of the kernel backend vLLM uses on that GPU.
+    ``compute_capability`` picks the MXFP4 expert layout of the kernel backend vLLM uses on that GPU;
+    ``runtime_buffers`` adds vLLM's RoPE caches (off for the ``ideal`` arithmetic, which has no runtime).
     """
     tp = tensor_parallel_size
     elem = MODEL_DTYPE_BYTES[normalize_model_dtype(dtype or model.torch_dtype)]
@@ -233,8 +237,11 @@ def weight_shares(
         linear = linear_bytes(
             linear_params * fraction / tp + kv_replica_params * fraction, expert_params * fraction / tp
         )
-        replicated = (router_params + 2 * hidden * layers) * fraction * elem + (
-            hidden * elem if stage == last else 0
+        # RoPE cos/sin caches are buffers every rank and every stage builds in full (``ModelSpec.rope_cache_bytes``).
+        replicated = (
+            (router_params + 2 * hidden * layers) * fraction * elem
+            + (hidden * elem if stage == last else 0)
+            + (model.rope_cache_bytes if runtime_buffers else 0)
         )
         shares.append(
             WeightShare(

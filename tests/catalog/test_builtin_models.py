@@ -83,3 +83,13 @@ def test_published_names_resolve(ref: str, name: str, quantization: str | None) 
 
 def test_a_different_model_of_the_same_family_does_not_resolve() -> None:
     assert resolve_model(builtin_snapshot(), "microsoft/Phi-4-mini-instruct") is None
+
+
+def test_rope_caches_load_with_the_weights_on_every_rank() -> None:
+    from service.core.weights import weight_shares
+
+    scout = _spec("llama-4-scout-17b-16e")
+    assert scout.rope_cache_bytes == 10485760 * 128 * 2  # 2.5 GiB: vLLM logs 53.12 GiB per GPU at TP4
+    with_cache = weight_shares(scout, quantization=None, tensor_parallel_size=4)[0].total_bytes
+    without = weight_shares(scout, quantization=None, tensor_parallel_size=4, runtime_buffers=False)[0]
+    assert with_cache - without.total_bytes == scout.rope_cache_bytes  # replicated, not split by TP

@@ -188,3 +188,70 @@ def test_an_attention_output_gate_doubles_the_query_projection() -> None:
     plain = parse_hf_config({"text_config": text}).num_parameters
     gated = parse_hf_config({"text_config": {**text, "attn_output_gate": True}}).num_parameters
     assert gated - plain == 4 * 1024 * 8 * 256
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        # Llama 3 RoPE: one cache over max_position_embeddings, head_dim wide, bf16.
+        (QWEN_25_7B, 32768 * 128 * 2),
+        # Llama 4 Scout as published in the Instruct repo: a 10M-position cache (llama3 type) of 128 × bf16.
+        (
+            {**LLAMA_4_SCOUT, "text_config": {**LLAMA_4_SCOUT["text_config"], "max_position_embeddings": 10485760}},
+            10485760 * 128 * 2,
+        ),
+        # Phi-2: partial_rotary_factor 0.4 of an 80-wide head → 32 rotary dims, float16.
+        (
+            {
+                "model_type": "phi",
+                "hidden_size": 2560,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "vocab_size": 51200,
+                "max_position_embeddings": 2048,
+                "partial_rotary_factor": 0.4,
+                "torch_dtype": "float16",
+            },
+            2048 * 32 * 2,
+        ),
+    ],
+)
+def test_rope_cache_bytes_follow_vllms_cache_shapes(config: dict[str, Any], expected: int) -> None:
+    assert parse_hf_config(config, num_parameters=1).rope_cache_bytes == expected
+
+
+def test_gemma_3_keeps_a_linear_x8_global_cache_and_an_unscaled_local_one() -> None:
+    text = {
+        "model_type": "gemma3_text",
+        "hidden_size": 2560,
+        "num_hidden_layers": 34,
+        "num_attention_heads": 8,
+        "vocab_size": 262208,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024,
+    }
+    spec = parse_hf_config({"model_type": "gemma3", "text_config": text}, num_parameters=1)
+    # (131072 × 8 + 131072) rows × 256 (class-default head_dim) × 2 B = 0.5625 GiB
+    assert spec.rope_cache_bytes == (131072 * 8 + 131072) * 256 * 2
+
+
+def test_yarn_caches_original_positions_times_the_factor_and_gpt_oss_keeps_float32() -> None:
+    config = {
+        "model_type": "gpt_oss",
+        "hidden_size": 2880,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "vocab_size": 201088,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096},
+    }
+    assert parse_hf_config(config, num_parameters=1).rope_cache_bytes == 4096 * 32 * 64 * 4
+
+
+@pytest.mark.parametrize("factor", [float("nan"), -1.0, "8", 1e12])
+def test_a_bad_rope_factor_is_refused_naming_the_field(factor: Any) -> None:
+    config = {**QWEN_25_7B, "rope_scaling": {"rope_type": "linear", "factor": factor}}
+    with pytest.raises(ConfigError) as info:
+        parse_hf_config(config, num_parameters=1)
+    assert info.value.field == "rope_scaling.factor"
