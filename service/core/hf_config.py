@@ -25,6 +25,7 @@ come from ``_CLASS_DEFAULTS`` — vLLM sees the class default, so must we. Anyth
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,7 +47,7 @@ from service.core.bounds import (
 )
 from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.errors import ConfigError, InvalidSpec
-from service.core.params import ParameterInputs, estimate_num_parameters
+from service.core.params import ParameterInputs, attention_parameters, estimate_num_parameters, mlp_parameters
 from service.core.specs import LayerType, ModelSpec, StateSpec
 
 # transformers ``configuration_*.py`` defaults for keys that published config.json files often omit.
@@ -408,6 +409,71 @@ def rope_cache_bytes(
     return total
 
 
+_SKIP_LIST_KEYS = ("modules_to_not_convert", "ignored_layers", "ignore")
+_LAYER_MODULE = re.compile(
+    r"^(?:model\.|language_model\.model\.|model\.language_model\.)?layers\.(\d+|\*)(?:\.(self_attn|mlp)(?:\.(\w+))?)?$"
+)
+
+
+def unquantized_parameters(r: _Reader, p: ParameterInputs, kinds: tuple[LayerType, ...]) -> int:
+    """Linear parameters a quantised checkpoint leaves in the model dtype.
+
+    vLLM hands every linear layer whose prefix the checkpoint lists (``modules_to_not_convert`` of fbgemm_fp8,
+    AWQ and bitsandbytes configs; ``ignored_layers`` of fp8; ``ignore`` of compressed-tensors) an
+    ``UnquantizedLinearMethod`` (``quantization/fbgemm_fp8.py::FBGEMMFp8Config.get_quant_method``,
+    ``is_layer_skipped``, v0.5.3 onwards). Whole layers (``model.layers.0``), a layer's attention or MLP
+    (``model.layers.1.self_attn``), single dense projections and ``*`` for every layer are read; regular
+    expressions, embeddings and the LM head (never quantised here) add nothing.
+    """
+    qc = r.raw("quantization_config")
+    if not isinstance(qc, Mapping):
+        return 0
+    listed: list[Any] = next((qc[k] for k in _SKIP_LIST_KEYS if isinstance(qc.get(k), list)), [])
+    h = p.hidden_size
+    inter = p.intermediate_size or 4 * h
+    q_out, kv_out = p.num_attention_heads * p.head_dim, p.num_key_value_heads * p.head_dim
+    dense_projections = {
+        "q_proj": h * q_out,
+        "k_proj": h * kv_out,
+        "v_proj": h * kv_out,
+        "o_proj": q_out * h,
+        "gate_proj": h * inter,
+        "up_proj": h * inter,
+        "down_proj": inter * h,
+    }
+    chosen: dict[tuple[int, str], int] = {}
+    for name in listed:
+        match = _LAYER_MODULE.match(str(name))
+        if match is None:
+            continue
+        index, block, leaf = match.groups()
+        layers = range(p.num_hidden_layers) if index == "*" else [int(index)]
+        for i in layers:
+            if not 0 <= i < p.num_hidden_layers:
+                raise ConfigError(
+                    f"names layer {i}, the model has {p.num_hidden_layers}", field="quantization_config"
+                )
+            kind = kinds[i]
+            parts: dict[str, int] = {}
+            if block in (None, "self_attn") and leaf is None and kind.is_attention:
+                parts["self_attn"] = attention_parameters(p, kind)
+            if block in (None, "mlp") and leaf is None:
+                parts["mlp"] = mlp_parameters(p, i)
+            if leaf in dense_projections and kind is LayerType.FULL and not (p.num_experts or 0) > 1:
+                parts[leaf] = dense_projections[leaf]
+            for part, count in parts.items():
+                chosen[(i, part)] = count
+    # A projection listed alongside its whole block is counted once.
+    blocks = {(i, part) for (i, part) in chosen if part in ("self_attn", "mlp")}
+    total = 0
+    for (i, part), count in chosen.items():
+        owner = "self_attn" if part in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+        if part not in ("self_attn", "mlp") and (i, owner) in blocks:
+            continue
+        total += count
+    return total
+
+
 def derive_max_model_len(r: _Reader, model_type: str) -> tuple[int | None, str]:
     lengths = [(key, r.int_(key)) for key in _LENGTH_KEYS]
     present = [(key, value) for key, value in lengths if value is not None]
@@ -578,35 +644,37 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     tie = r.bool_(
         "tie_word_embeddings", default=model_type.startswith("gemma") or model_type in _FALCON_MODEL_TYPES
     )
+    inputs = ParameterInputs(
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        intermediate_size=intermediate,
+        tie_word_embeddings=tie,
+        gated_mlp=model_type not in _NON_GATED_MLP_TYPES,
+        qkv_bias=model_type in _QKV_BIAS_TYPES or r.bool_("attention_bias"),
+        attention_output_gate=r.bool_("attn_output_gate"),
+        layer_types=kinds,
+        kv_lora_rank=kv_lora_rank,
+        q_lora_rank=r.int_("q_lora_rank"),
+        qk_rope_head_dim=qk_rope,
+        qk_nope_head_dim=r.int_("qk_nope_head_dim"),
+        v_head_dim=r.int_("v_head_dim"),
+        num_experts=num_experts,
+        moe_intermediate_size=moe_inter,
+        num_shared_experts=n_shared,
+        shared_expert_intermediate_size=shared_inter,
+        first_k_dense_replace=first_dense,
+        state=state,
+    )
     if num_parameters is None:
-        num_parameters = estimate_num_parameters(
-            ParameterInputs(
-                num_hidden_layers=layers,
-                hidden_size=hidden,
-                num_attention_heads=heads,
-                num_key_value_heads=kv_heads,
-                head_dim=head_dim,
-                vocab_size=vocab,
-                intermediate_size=intermediate,
-                tie_word_embeddings=tie,
-                gated_mlp=model_type not in _NON_GATED_MLP_TYPES,
-                qkv_bias=model_type in _QKV_BIAS_TYPES or r.bool_("attention_bias"),
-                attention_output_gate=r.bool_("attn_output_gate"),
-                layer_types=kinds,
-                kv_lora_rank=kv_lora_rank,
-                q_lora_rank=r.int_("q_lora_rank"),
-                qk_rope_head_dim=qk_rope,
-                qk_nope_head_dim=r.int_("qk_nope_head_dim"),
-                v_head_dim=r.int_("v_head_dim"),
-                num_experts=num_experts,
-                moe_intermediate_size=moe_inter,
-                num_shared_experts=n_shared,
-                shared_expert_intermediate_size=shared_inter,
-                first_k_dense_replace=first_dense,
-                state=state,
-            )
-        )
+        num_parameters = estimate_num_parameters(inputs)
         notes.append("num_parameters derived from the layer shapes")
+    unquantized = unquantized_parameters(r, inputs, kinds)
+    if unquantized:
+        notes.append(f"quantization_config keeps {unquantized:,} linear parameters unquantised")
 
     architectures = r.raw("architectures")
     architecture = (
@@ -644,6 +712,7 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
             first_k_dense_replace=first_dense or None,
             num_kv_shared_layers=r.int_("num_kv_shared_layers", minimum=0) or 0,
             rope_cache_bytes=rope_bytes,
+            unquantized_parameters=min(unquantized, num_parameters),
             state=state,
             quantization=_quantization(r),
             tie_word_embeddings=tie,

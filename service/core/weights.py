@@ -6,7 +6,8 @@ vLLM charges the bytes it measures while loading (``Model loading took X GiB``);
   64 and sharded by TP, ``VocabParallelEmbedding``), small replicated tensors (norms, MoE router), and the
   linear layers (sharded by TP; K/V projections replicated when TP exceeds the KV heads).
 * Quantisation changes only the linear layers' bytes (embeddings, LM head, norms and router stay in the model
-  dtype). Bytes per parameter come from the layouts in vLLM's ``create_weights`` methods:
+  dtype), and not those the checkpoint lists as unconverted (``ModelSpec.unquantized_parameters``: Meta's FP8
+  Llama 3.1 405B keeps every attention block and the first and last layers in bf16). Bytes per parameter come from the layouts in vLLM's ``create_weights`` methods:
   AWQ/GPTQ int4 with group size 128 store 4-bit weights + fp16 scales + 4-bit zeros per group:
   0.5 + (2 + 0.5) / 128 ≈ 0.5195 B; fp8 stores 1 B + one fp32 scale per 128 × 128 block; MXFP4 (gpt-oss
   experts only) 4 bits + one 8-bit scale per 32 → 0.53125 B; NVFP4 4 bits + one fp8 scale per 16 → 0.5625 B.
@@ -210,12 +211,13 @@ def weight_shares(
         if pad_hidden:
             expert_padding *= cdiv(hidden, pad_hidden) * pad_hidden / hidden
 
-    def linear_bytes(params: float, experts: float) -> float:
+    def linear_bytes(params: float, experts: float, unquantized: float) -> float:
         if quantization is None:
             return params * elem
         if quantization.experts_only:
             return experts * expert_padding * quantization.bytes_per_param + (params - experts) * elem
-        return params * quantization.bytes_per_param
+        kept = min(params, unquantized)  # modules the checkpoint left in the model dtype
+        return (params - kept) * quantization.bytes_per_param + kept * elem
 
     # K/V projections are replicated when TP exceeds the KV heads: each rank holds max(1, kv//tp) heads.
     kv_replica_params = 0.0
@@ -235,7 +237,9 @@ def weight_shares(
         needs_head = not model.tie_word_embeddings or pipeline_parallel_size > 1
         lm_head = padded_vocab * hidden * elem // tp if stage == last and needs_head else 0
         linear = linear_bytes(
-            linear_params * fraction / tp + kv_replica_params * fraction, expert_params * fraction / tp
+            linear_params * fraction / tp + kv_replica_params * fraction,
+            expert_params * fraction / tp,
+            model.unquantized_parameters * fraction / tp,
         )
         # RoPE cos/sin caches are buffers every rank and every stage builds in full (``ModelSpec.rope_cache_bytes``).
         replicated = (

@@ -93,3 +93,22 @@ def test_rope_caches_load_with_the_weights_on_every_rank() -> None:
     with_cache = weight_shares(scout, quantization=None, tensor_parallel_size=4)[0].total_bytes
     without = weight_shares(scout, quantization=None, tensor_parallel_size=4, runtime_buffers=False)[0]
     assert with_cache - without.total_bytes == scout.rope_cache_bytes  # replicated, not split by TP
+
+
+def test_metas_fp8_405b_keeps_attention_and_the_outer_layers_in_bf16() -> None:
+    from service.core.weights import resolve_quantization, weight_shares
+
+    spec = _spec("llama-3.1-405b-fp8")
+    h, inter, q, kv = 16384, 53248, 128 * 128, 8 * 128
+    attention = 2 * h * q + 2 * h * kv
+    assert spec.unquantized_parameters == 126 * attention + 2 * 3 * h * inter  # 77.1B
+    per_gpu = weight_shares(spec, quantization=resolve_quantization("fp8"), tensor_parallel_size=8)[0]
+    assert 56.5 < per_gpu.total_bytes / 2**30 < 57.0  # vLLM logged 57.75 GiB per GPU (issue #6746)
+
+
+def test_other_405b_fp8_checkpoints_resolve_to_the_base_architecture() -> None:
+    snapshot = builtin_snapshot()
+    exact = resolve_model(snapshot, "meta-llama/Meta-Llama-3.1-405B-Instruct-FP8")
+    other = resolve_model(snapshot, "neuralmagic/Meta-Llama-3.1-405B-Instruct-FP8")
+    assert exact is not None and exact.model.name == "llama-3.1-405b-fp8"
+    assert other is not None and other.model.name == "llama-3.1-405b" and other.quantization == "fp8"

@@ -197,7 +197,10 @@ def test_an_attention_output_gate_doubles_the_query_projection() -> None:
         (QWEN_25_7B, 32768 * 128 * 2),
         # Llama 4 Scout as published in the Instruct repo: a 10M-position cache (llama3 type) of 128 × bf16.
         (
-            {**LLAMA_4_SCOUT, "text_config": {**LLAMA_4_SCOUT["text_config"], "max_position_embeddings": 10485760}},
+            {
+                **LLAMA_4_SCOUT,
+                "text_config": {**LLAMA_4_SCOUT["text_config"], "max_position_embeddings": 10485760},
+            },
             10485760 * 128 * 2,
         ),
         # Phi-2: partial_rotary_factor 0.4 of an 80-wide head → 32 rotary dims, float16.
@@ -255,3 +258,45 @@ def test_a_bad_rope_factor_is_refused_naming_the_field(factor: Any) -> None:
     with pytest.raises(ConfigError) as info:
         parse_hf_config(config, num_parameters=1)
     assert info.value.field == "rope_scaling.factor"
+
+
+def _llama(layers: int = 4, **quantization: Any) -> dict[str, Any]:
+    return {
+        "model_type": "llama",
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "quantization_config": {"quant_method": "fbgemm_fp8", **quantization},
+    }
+
+
+ATTENTION = 1024 * 1024 * 2 + 1024 * 256 * 2  # q, o + k, v (8 heads / 2 KV heads × 128)
+MLP = 3 * 1024 * 4096
+
+
+def test_modules_to_not_convert_layers_and_blocks_stay_unquantised() -> None:
+    # Meta's FP8 405B recipe: first and last layers whole, attention everywhere else, and the LM head.
+    names = [
+        "model.layers.0",
+        "model.layers.3",
+        "lm_head",
+        "model.layers.1.self_attn",
+        "model.layers.2.self_attn",
+    ]
+    spec = parse_hf_config(_llama(modules_to_not_convert=names))
+    assert spec.unquantized_parameters == 4 * ATTENTION + 2 * MLP
+
+
+def test_single_projections_wildcards_and_duplicates_are_counted_once() -> None:
+    names = ["model.layers.*.self_attn", "model.layers.1.self_attn.q_proj", "model.layers.2.mlp.down_proj"]
+    spec = parse_hf_config(_llama(modules_to_not_convert=names))
+    assert spec.unquantized_parameters == 4 * ATTENTION + 4096 * 1024
+
+
+def test_a_skip_list_naming_a_missing_layer_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_hf_config(_llama(modules_to_not_convert=["model.layers.9"]))
+    assert info.value.field == "quantization_config"
