@@ -19,7 +19,7 @@ Rules (applied in this order, all documented in the printed report):
    *device-level* used memory (CUDA context and other processes included), a formula no kvcap profile
    implements; the version cannot be
    placed or was stated for a different run of the same source; it uses a feature kvcap does not model (KV
-   connector, speculative decoding); the model is not in the built-in catalog; the GPU cannot be resolved; its
+   connector, speculative decoding, expert parallelism); the model is not in the built-in catalog; the GPU cannot be resolved; its
    own numbers do not add up (total × util − weights − activation − non-torch [− CUDA graphs where subtracted]
    ≠ available, beyond rounding); it reports nothing to compare; or the logged available memory is ≤ 0 (a
    refusal: only the verdict is checked).
@@ -103,6 +103,10 @@ _UNMODELLED = (
     ("--kv-transfer-config", "KV connector (extra GPU buffers not modelled)"),
     ("--speculative-config", "speculative decoding (draft model / MTP not modelled)"),
     ("--enable-sleep-mode", "sleep mode"),
+    (
+        "--enable-expert-parallel",
+        "expert parallelism (experts sharded over data-parallel ranks not modelled)",
+    ),
 )
 
 
@@ -1024,15 +1028,22 @@ def judge_start(case: dict[str, Any], snapshot: CatalogSnapshot) -> StartVerdict
     model_ref = str(case.get("model") or "")
     match = resolve_model(snapshot, model_ref) or resolve_model(snapshot, re.sub(r"\s*\(.*\)", "", model_ref))
     gpu, _how = resolve_case_gpu(snapshot, case)
+    flags = f"{case.get('excerpt') or ''} {case.get('other_settings') or ''}"
+    unmodelled = [why for flag, why in _UNMODELLED if flag in flags and f"without {flag}" not in flags]
     why = "; ".join(
-        w
-        for w, missing in (
-            ("model not in the built-in catalog", match is None),
-            ("GPU not resolvable", gpu is None),
-        )
-        if missing
+        [
+            *(
+                w
+                for w, missing in (
+                    ("model not in the built-in catalog", match is None),
+                    ("GPU not resolvable", gpu is None),
+                )
+                if missing
+            ),
+            *unmodelled,
+        ]
     )
-    if match is None or gpu is None:
+    if match is None or gpu is None or unmodelled:
         return StartVerdict(int(case["id"]), started, logged, engine, None, "", "", why)
     request = build_request(case, match.model.spec, match.quantization, gpu, engine)
     try:

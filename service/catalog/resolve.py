@@ -109,6 +109,10 @@ def resolve_model(snapshot: CatalogSnapshot, ref: str) -> ModelMatch | None:
     if not wanted:
         return None
     candidates = _variant_index(snapshot).get(wanted, ())
+    if len(candidates) > 1:
+        # A checkpoint-specific entry (Meta's FP8 405B, whose own layout an exact id reaches) shares its core name
+        # with the base architecture; other variants of that name (neuralmagic/…-FP8, …-AWQ) are the base one.
+        candidates = tuple(c for c in candidates if not c.spec.quantization)
     if len(candidates) == 1:
         return ModelMatch(candidates[0], quant, "variant")
     return None

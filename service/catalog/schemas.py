@@ -40,6 +40,7 @@ Tokens = Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)]
 Experts = Annotated[int, Field(ge=1, le=bounds.MAX_EXPERTS)]
 LoraRank = Annotated[int, Field(ge=1, le=bounds.MAX_LORA_RANK)]
 Parameters = Annotated[int, Field(ge=1, le=bounds.MAX_PARAMETERS)]
+RopeCacheBytes = Annotated[int, Field(ge=0, le=bounds.MAX_PARAMETERS)]  # a byte or parameter count, 0 allowed
 StateDim = Annotated[int, Field(ge=0, le=bounds.MAX_STATE_DIM)]
 StateHeadDim = Annotated[int, Field(ge=0, le=bounds.MAX_HEAD_DIM)]
 
@@ -213,6 +214,14 @@ class ModelArchitecture(Schema):
     num_shared_experts: Experts | None = None
     first_k_dense_replace: LayerIndex | None = None
     num_kv_shared_layers: LayerIndex = 0
+    rope_cache_bytes: RopeCacheBytes = Field(
+        default=0, description="bytes of vLLM's RoPE cos/sin caches, loaded with the weights on every GPU"
+    )
+    unquantized_parameters: RopeCacheBytes = Field(
+        default=0,
+        description="linear-layer parameters the checkpoint's quantization_config leaves unquantised "
+        "(modules_to_not_convert)",
+    )
     state: StateFields | None = None
     quantization: QuantizationName | None = Field(
         default=None, description="the checkpoint's native quantization"
@@ -272,6 +281,8 @@ class ModelUpdate(Schema):
     num_shared_experts: Experts | None = None
     first_k_dense_replace: LayerIndex | None = None
     num_kv_shared_layers: LayerIndex | None = None
+    rope_cache_bytes: RopeCacheBytes | None = None
+    unquantized_parameters: RopeCacheBytes | None = None
     state: StateFields | None = None
     quantization: QuantizationName | None = None
     tie_word_embeddings: bool | None = None

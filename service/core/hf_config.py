@@ -25,6 +25,7 @@ come from ``_CLASS_DEFAULTS`` — vLLM sees the class default, so must we. Anyth
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,9 +45,9 @@ from service.core.bounds import (
     check_finite,
     check_int,
 )
-from service.core.dtypes import normalize_model_dtype
+from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.errors import ConfigError, InvalidSpec
-from service.core.params import ParameterInputs, estimate_num_parameters
+from service.core.params import ParameterInputs, attention_parameters, estimate_num_parameters, mlp_parameters
 from service.core.specs import LayerType, ModelSpec, StateSpec
 
 # transformers ``configuration_*.py`` defaults for keys that published config.json files often omit.
@@ -272,12 +273,13 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
     chunk = r.int_("attention_chunk_size")
     if chunk is not None:
         no_rope = r.raw("no_rope_layers")
-        if isinstance(no_rope, Sequence) and not isinstance(no_rope, str) and len(no_rope) == 0:
-            # transformers' Llama4TextConfig: an empty list means the default pattern, every
+        omitted = no_rope is None and model_type.startswith("llama4")
+        if omitted or (isinstance(no_rope, Sequence) and not isinstance(no_rope, str) and len(no_rope) == 0):
+            # transformers' Llama4TextConfig: an empty or omitted list means the default pattern, every
             # ``no_rope_layer_interval``-th layer (4) without RoPE: [int((i + 1) % interval != 0) for i in range(L)].
             interval = r.int_("no_rope_layer_interval") or 4
             no_rope = [int((i + 1) % interval != 0) for i in range(layers)]
-            how = f"chunked attention on RoPE layers; every {interval}th layer is NoPE (no_rope_layers is empty)"
+            how = f"chunked attention on RoPE layers; every {interval}th layer is NoPE (no_rope_layers is empty or omitted)"
         else:
             how = "chunked attention on RoPE layers"
         if isinstance(no_rope, Sequence) and len(no_rope) == layers:
@@ -317,6 +319,13 @@ def _nemotron_ssm_dtype(r: _Reader) -> str:
     return str(value) if isinstance(value, str) and value != "auto" else "float32"
 
 
+def _config_ssm_dtype(r: _Reader) -> str | None:
+    """Qwen3.5 publishes ``mamba_ssm_dtype`` (float32); ``Qwen3_5ForConditionalGenerationConfig.verify_and_update_
+    config`` (vllm/model_executor/models/config.py, 0.32) gives an auto SSM cache that dtype."""
+    value = r.raw("mamba_ssm_dtype")
+    return value if isinstance(value, str) and value in ("float32", "bfloat16", "float16") else None
+
+
 def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: str) -> StateSpec | None:
     if LayerType.LINEAR in kinds:
         return StateSpec(
@@ -326,6 +335,7 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: st
             num_v_heads=r.int_("linear_num_value_heads", required=True) or 0,
             head_k_dim=r.int_("linear_key_head_dim", required=True) or 0,
             head_v_dim=r.int_("linear_value_head_dim", required=True) or 0,
+            ssm_dtype=_config_ssm_dtype(r),
         )
     if LayerType.MAMBA not in kinds:
         return None
@@ -364,6 +374,145 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: st
         intermediate_size=expand * hidden,
         state_size=r.int_("mamba_d_state", "state_size", required=True) or 16,
     )
+
+
+def _rope_factor(scaling: Mapping[str, Any], field: str) -> float:
+    factor = scaling.get("factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, int | float):
+        raise ConfigError(f"must be a number, got {factor!r}", field=f"{field}.factor")
+    try:
+        check_finite(factor, field=f"{field}.factor", minimum=0, maximum=MAX_ROPE_FACTOR)
+    except InvalidSpec as exc:
+        raise ConfigError(exc.message, field=exc.field) from None
+    return float(factor)
+
+
+def _rope_cache_length(positions: int, scaling: Any, field: str) -> int:
+    """Rows of one vLLM cos/sin cache (``model_executor/layers/rotary_embedding``, v0.8 – v0.19): the model's
+    ``max_position_embeddings`` for plain, Llama 3 and M-RoPE; times the factor for linear and dynamic NTK
+    scaling (``LinearScalingRotaryEmbedding`` builds ``max_position × factor`` rows); YaRN and DeepSeek-YaRN build
+    ``original_max_position_embeddings × factor``; LongRoPE keeps a short and a long cache
+    (``original + max_position``)."""
+    if not isinstance(scaling, Mapping):
+        return positions
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    if rope_type in ("linear", "dynamic"):
+        return int(positions * _rope_factor(scaling, field))
+    original = scaling.get("original_max_position_embeddings")
+    if not isinstance(original, int) or isinstance(original, bool):
+        original = positions
+    try:
+        original = check_int(
+            original, field=f"{field}.original_max_position_embeddings", maximum=MAX_CONTEXT_TOKENS
+        )
+    except InvalidSpec as exc:
+        raise ConfigError(exc.message, field=exc.field) from None
+    if rope_type in ("yarn", "deepseek_yarn"):
+        return int(original * _rope_factor(scaling, field))
+    if rope_type in ("longrope", "su"):
+        return original + positions
+    return positions
+
+
+def rope_cache_bytes(
+    r: _Reader, model_type: str, head_dim: int, rope_dim: int | None, dtype_bytes: int
+) -> int:
+    """Bytes of the RoPE cos/sin caches vLLM registers as buffers at model construction: one cache per distinct
+    rotary embedding (``get_rope`` memoises instances), ``rows × rotary_dim`` in the model dtype, on every GPU.
+    They are loaded with the weights, so they count in "Model loading took X GiB": Gemma 3's global layers scale
+    a 128K context linearly ×8 (1M rows × 256 × 2 B = 0.5 GiB), Llama 4 Scout's 10M-position cache is 2.5 GiB."""
+    positions = r.int_("max_position_embeddings")
+    if not positions:
+        return 0
+    rotary = rope_dim
+    if rotary is None:
+        explicit = r.int_("rotary_dim")
+        factor = r.raw("partial_rotary_factor")
+        parameters = r.raw("rope_parameters")
+        if factor is None and isinstance(parameters, Mapping):
+            factor = parameters.get("partial_rotary_factor")  # transformers 5 keeps it with the RoPE settings
+        if explicit is not None:
+            rotary = explicit
+        elif isinstance(factor, int | float) and not isinstance(factor, bool) and 0 < factor <= 1:
+            rotary = int(head_dim * factor)
+        else:
+            rotary = head_dim
+    scaling = r.raw("rope_scaling")
+    rows = _rope_cache_length(positions, scaling, "rope_scaling")
+    if model_type == "gemma3_text":
+        # Gemma 3: sliding layers use their own unscaled RoPE (rope_local_base_freq) — a second cache.
+        rows += positions
+    total = rows * rotary * dtype_bytes
+    if total > MAX_CONTEXT_TOKENS * MAX_HEAD_DIM * 8:
+        raise ConfigError(
+            f"implies a {total:,}-byte RoPE cache, far above any published model", field="rope_scaling"
+        )
+    return total
+
+
+_SKIP_LIST_KEYS = ("modules_to_not_convert", "ignored_layers", "ignore")
+_LAYER_MODULE = re.compile(
+    r"^(?:model\.|language_model\.model\.|model\.language_model\.)?layers\.(\d+|\*)(?:\.(self_attn|mlp)(?:\.(\w+))?)?$"
+)
+
+
+def unquantized_parameters(r: _Reader, p: ParameterInputs, kinds: tuple[LayerType, ...]) -> int:
+    """Linear parameters a quantised checkpoint leaves in the model dtype.
+
+    vLLM hands every linear layer whose prefix the checkpoint lists (``modules_to_not_convert`` of fbgemm_fp8,
+    AWQ and bitsandbytes configs; ``ignored_layers`` of fp8; ``ignore`` of compressed-tensors) an
+    ``UnquantizedLinearMethod`` (``quantization/fbgemm_fp8.py::FBGEMMFp8Config.get_quant_method``,
+    ``is_layer_skipped``, v0.5.3 onwards). Whole layers (``model.layers.0``), a layer's attention or MLP
+    (``model.layers.1.self_attn``), single dense projections and ``*`` for every layer are read; regular
+    expressions, embeddings and the LM head (never quantised here) add nothing.
+    """
+    qc = r.raw("quantization_config")
+    if not isinstance(qc, Mapping):
+        return 0
+    listed: list[Any] = next((qc[k] for k in _SKIP_LIST_KEYS if isinstance(qc.get(k), list)), [])
+    h = p.hidden_size
+    inter = p.intermediate_size or 4 * h
+    q_out, kv_out = p.num_attention_heads * p.head_dim, p.num_key_value_heads * p.head_dim
+    dense_projections = {
+        "q_proj": h * q_out,
+        "k_proj": h * kv_out,
+        "v_proj": h * kv_out,
+        "o_proj": q_out * h,
+        "gate_proj": h * inter,
+        "up_proj": h * inter,
+        "down_proj": inter * h,
+    }
+    chosen: dict[tuple[int, str], int] = {}
+    for name in listed:
+        match = _LAYER_MODULE.match(str(name))
+        if match is None:
+            continue
+        index, block, leaf = match.groups()
+        layers = range(p.num_hidden_layers) if index == "*" else [int(index)]
+        for i in layers:
+            if not 0 <= i < p.num_hidden_layers:
+                raise ConfigError(
+                    f"names layer {i}, the model has {p.num_hidden_layers}", field="quantization_config"
+                )
+            kind = kinds[i]
+            parts: dict[str, int] = {}
+            if block in (None, "self_attn") and leaf is None and kind.is_attention:
+                parts["self_attn"] = attention_parameters(p, kind)
+            if block in (None, "mlp") and leaf is None:
+                parts["mlp"] = mlp_parameters(p, i)
+            if leaf in dense_projections and kind is LayerType.FULL and not (p.num_experts or 0) > 1:
+                parts[leaf] = dense_projections[leaf]
+            for part, count in parts.items():
+                chosen[(i, part)] = count
+    # A projection listed alongside its whole block is counted once.
+    blocks = {(i, part) for (i, part) in chosen if part in ("self_attn", "mlp")}
+    total = 0
+    for (i, part), count in chosen.items():
+        owner = "self_attn" if part in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+        if part not in ("self_attn", "mlp") and (i, owner) in blocks:
+            continue
+        total += count
+    return total
 
 
 def derive_max_model_len(r: _Reader, model_type: str) -> tuple[int | None, str]:
@@ -504,6 +653,14 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
         notes.append("no torch_dtype in config: assuming bfloat16")
 
     state = _state(r, hidden, kinds, model_type)
+    # vLLM ``gpt_oss.py`` builds its YaRN cache in float32; every other model's cache takes the model dtype.
+    rope_bytes = rope_cache_bytes(
+        r,
+        model_type,
+        head_dim,
+        qk_rope if is_mla else None,
+        4 if model_type == "gpt_oss" else MODEL_DTYPE_BYTES[torch_dtype],
+    )
     max_len, len_note = derive_max_model_len(r, model_type)
     if len_note:
         notes.append(len_note)
@@ -513,8 +670,15 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
         r.int_("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", minimum=0) or None
     )
     moe_inter = r.int_("moe_intermediate_size")
-    shared_inter = r.int_("shared_expert_intermediate_size")
-    n_shared = r.int_("n_shared_experts", "num_shared_experts")
+    # A published 0 means "no shared expert" (Qwen3-Coder-480B-A35B's config.json carries
+    # ``shared_expert_intermediate_size: 0``; vLLM's ``qwen3_moe.py`` builds no shared expert for it).
+    shared_inter = r.int_("shared_expert_intermediate_size", minimum=0) or None
+    n_shared = r.int_("n_shared_experts", "num_shared_experts", minimum=0) or None
+    if n_shared is None and model_type == "llama4_text" and num_experts:
+        # Llama 4 has no shared-expert key, yet every MoE layer adds one expert-sized shared MLP to the routed
+        # experts (vLLM ``model_executor/models/llama4.py``, ``Llama4MoE.shared_expert``, v0.8.3 onwards).
+        n_shared = 1
+        notes.append("Llama 4: one shared expert per MoE layer (no config key; vLLM's Llama4MoE)")
     first_dense = r.int_("first_k_dense_replace", minimum=0) or 0
     intermediate, inter_note = _intermediate_size(r)
     if inter_note:
@@ -524,34 +688,37 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     tie = r.bool_(
         "tie_word_embeddings", default=model_type.startswith("gemma") or model_type in _FALCON_MODEL_TYPES
     )
+    inputs = ParameterInputs(
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        intermediate_size=intermediate,
+        tie_word_embeddings=tie,
+        gated_mlp=model_type not in _NON_GATED_MLP_TYPES,
+        qkv_bias=model_type in _QKV_BIAS_TYPES or r.bool_("attention_bias"),
+        attention_output_gate=r.bool_("attn_output_gate"),
+        layer_types=kinds,
+        kv_lora_rank=kv_lora_rank,
+        q_lora_rank=r.int_("q_lora_rank"),
+        qk_rope_head_dim=qk_rope,
+        qk_nope_head_dim=r.int_("qk_nope_head_dim"),
+        v_head_dim=r.int_("v_head_dim"),
+        num_experts=num_experts,
+        moe_intermediate_size=moe_inter,
+        num_shared_experts=n_shared,
+        shared_expert_intermediate_size=shared_inter,
+        first_k_dense_replace=first_dense,
+        state=state,
+    )
     if num_parameters is None:
-        num_parameters = estimate_num_parameters(
-            ParameterInputs(
-                num_hidden_layers=layers,
-                hidden_size=hidden,
-                num_attention_heads=heads,
-                num_key_value_heads=kv_heads,
-                head_dim=head_dim,
-                vocab_size=vocab,
-                intermediate_size=intermediate,
-                tie_word_embeddings=tie,
-                gated_mlp=model_type not in _NON_GATED_MLP_TYPES,
-                qkv_bias=model_type in _QKV_BIAS_TYPES or r.bool_("attention_bias"),
-                layer_types=kinds,
-                kv_lora_rank=kv_lora_rank,
-                q_lora_rank=r.int_("q_lora_rank"),
-                qk_rope_head_dim=qk_rope,
-                qk_nope_head_dim=r.int_("qk_nope_head_dim"),
-                v_head_dim=r.int_("v_head_dim"),
-                num_experts=num_experts,
-                moe_intermediate_size=moe_inter,
-                num_shared_experts=n_shared,
-                shared_expert_intermediate_size=shared_inter,
-                first_k_dense_replace=first_dense,
-                state=state,
-            )
-        )
+        num_parameters = estimate_num_parameters(inputs)
         notes.append("num_parameters derived from the layer shapes")
+    unquantized = unquantized_parameters(r, inputs, kinds)
+    if unquantized:
+        notes.append(f"quantization_config keeps {unquantized:,} linear parameters unquantised")
 
     architectures = r.raw("architectures")
     architecture = (
@@ -588,6 +755,8 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
             num_shared_experts=n_shared,
             first_k_dense_replace=first_dense or None,
             num_kv_shared_layers=r.int_("num_kv_shared_layers", minimum=0) or 0,
+            rope_cache_bytes=rope_bytes,
+            unquantized_parameters=min(unquantized, num_parameters),
             state=state,
             quantization=_quantization(r),
             tie_word_embeddings=tie,

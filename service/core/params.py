@@ -27,6 +27,7 @@ class ParameterInputs:
     tie_word_embeddings: bool = False
     gated_mlp: bool = True
     qkv_bias: bool = False
+    attention_output_gate: bool = False  # Qwen3-Next / Qwen3.5 gated attention: q_proj also emits the gate
     layer_types: tuple[LayerType, ...] = ()
     kv_lora_rank: int | None = None
     q_lora_rank: int | None = None
@@ -58,7 +59,9 @@ def attention_parameters(p: ParameterInputs, kind: LayerType) -> int:
         kv_b = lora * heads * (nope + v_dim)
         out = heads * v_dim * h
         return q + kv_a + kv_b + out
-    q = h * p.num_attention_heads * p.head_dim
+    # With an output gate the query projection is twice as wide (vLLM ``qwen3_next.py``: ``QKVParallelLinear``
+    # over ``total_num_heads * (1 + attn_output_gate)`` heads, v0.10.2 onwards).
+    q = h * p.num_attention_heads * p.head_dim * (2 if p.attention_output_gate else 1)
     kv = 2 * h * p.num_key_value_heads * p.head_dim
     out = p.num_attention_heads * p.head_dim * h
     bias = (p.num_attention_heads + 2 * p.num_key_value_heads) * p.head_dim if p.qkv_bias else 0
@@ -100,7 +103,9 @@ def mlp_parameters(p: ParameterInputs, layer_index: int) -> int:
         if p.shared_expert_intermediate_size:
             shared = matrices * h * p.shared_expert_intermediate_size + h  # + shared-expert gate
         elif p.num_shared_experts:
-            shared = p.num_shared_experts * matrices * h * (p.moe_intermediate_size or 0)
+            shared = (
+                p.num_shared_experts * matrices * h * (p.moe_intermediate_size or p.intermediate_size or 0)
+            )
         return p.num_experts * expert + shared + h * p.num_experts  # router
     return matrices * h * (p.intermediate_size or 4 * h)
 

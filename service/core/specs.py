@@ -134,6 +134,8 @@ class ModelSpec:
     first_k_dense_replace: int | None = None
     num_active_parameters: int | None = None
     num_kv_shared_layers: int = 0
+    rope_cache_bytes: int = 0  # vLLM's cos/sin caches (registered buffers, loaded with the weights)
+    unquantized_parameters: int = 0  # linear weights a quantised checkpoint keeps in the model dtype
     state: StateSpec | None = None
     quantization: str | None = None  # the checkpoint's native quantisation (fp8, mxfp4, awq …)
     tie_word_embeddings: bool = False
@@ -177,6 +179,8 @@ class ModelSpec:
             {
                 "first_k_dense_replace": (self.first_k_dense_replace, b.MAX_LAYERS),
                 "num_kv_shared_layers": (self.num_kv_shared_layers, b.MAX_LAYERS),
+                "rope_cache_bytes": (self.rope_cache_bytes, b.MAX_PARAMETERS),
+                "unquantized_parameters": (self.unquantized_parameters, self.num_parameters),
             },
             minimum=0,
         )

@@ -6,7 +6,8 @@ vLLM charges the bytes it measures while loading (``Model loading took X GiB``);
   64 and sharded by TP, ``VocabParallelEmbedding``), small replicated tensors (norms, MoE router), and the
   linear layers (sharded by TP; K/V projections replicated when TP exceeds the KV heads).
 * Quantisation changes only the linear layers' bytes (embeddings, LM head, norms and router stay in the model
-  dtype). Bytes per parameter come from the layouts in vLLM's ``create_weights`` methods:
+  dtype), and not those the checkpoint lists as unconverted (``ModelSpec.unquantized_parameters``: Meta's FP8
+  Llama 3.1 405B keeps every attention block and the first and last layers in bf16). Bytes per parameter come from the layouts in vLLM's ``create_weights`` methods:
   AWQ/GPTQ int4 with group size 128 store 4-bit weights + fp16 scales + 4-bit zeros per group:
   0.5 + (2 + 0.5) / 128 ≈ 0.5195 B; fp8 stores 1 B + one fp32 scale per 128 × 128 block; MXFP4 (gpt-oss
   experts only) 4 bits + one 8-bit scale per 32 → 0.53125 B; NVFP4 4 bits + one fp8 scale per 16 → 0.5625 B.
@@ -15,6 +16,8 @@ vLLM charges the bytes it measures while loading (``Model loading took X GiB``);
   consumer Blackwell) rounds each rank's expert width up to 128 and the hidden size up to 256; FlashInfer on
   data-centre Blackwell rounds both up to 256; on Hopper the Triton backend allocates width/64 but its swizzled
   layout ends up ≈ width rounded to 256 (the recorded H100 loads), which is also the rule when the GPU is unknown.
+* RoPE cos/sin caches (``ModelSpec.rope_cache_bytes``) are buffers built at model construction, so they load
+  with the weights; every rank and stage holds them whole (Gemma 3 4B: 0.56 GiB of its logged 8.58 GiB).
 * Pipeline parallelism gives each stage its layers; the embedding lives on the first stage and the LM head on
   the last (both, when tied, since the last stage needs the weights too).
 
@@ -178,10 +181,12 @@ def weight_shares(
     pipeline_parallel_size: int = 1,
     dtype: str | None = None,
     compute_capability: str | None = None,
+    runtime_buffers: bool = True,
 ) -> tuple[WeightShare, ...]:
     """Bytes of weights one GPU holds, per pipeline stage (see module docstring).
 
-    ``compute_capability`` picks the MXFP4 expert layout of the kernel backend vLLM uses on that GPU.
+    ``compute_capability`` picks the MXFP4 expert layout of the kernel backend vLLM uses on that GPU;
+    ``runtime_buffers`` adds vLLM's RoPE caches (off for the ``ideal`` arithmetic, which has no runtime).
     """
     tp = tensor_parallel_size
     elem = MODEL_DTYPE_BYTES[normalize_model_dtype(dtype or model.torch_dtype)]
@@ -206,12 +211,13 @@ def weight_shares(
         if pad_hidden:
             expert_padding *= cdiv(hidden, pad_hidden) * pad_hidden / hidden
 
-    def linear_bytes(params: float, experts: float) -> float:
+    def linear_bytes(params: float, experts: float, unquantized: float) -> float:
         if quantization is None:
             return params * elem
         if quantization.experts_only:
             return experts * expert_padding * quantization.bytes_per_param + (params - experts) * elem
-        return params * quantization.bytes_per_param
+        kept = min(params, unquantized)  # modules the checkpoint left in the model dtype
+        return (params - kept) * quantization.bytes_per_param + kept * elem
 
     # K/V projections are replicated when TP exceeds the KV heads: each rank holds max(1, kv//tp) heads.
     kv_replica_params = 0.0
@@ -231,10 +237,15 @@ def weight_shares(
         needs_head = not model.tie_word_embeddings or pipeline_parallel_size > 1
         lm_head = padded_vocab * hidden * elem // tp if stage == last and needs_head else 0
         linear = linear_bytes(
-            linear_params * fraction / tp + kv_replica_params * fraction, expert_params * fraction / tp
+            linear_params * fraction / tp + kv_replica_params * fraction,
+            expert_params * fraction / tp,
+            model.unquantized_parameters * fraction / tp,
         )
-        replicated = (router_params + 2 * hidden * layers) * fraction * elem + (
-            hidden * elem if stage == last else 0
+        # RoPE cos/sin caches are buffers every rank and every stage builds in full (``ModelSpec.rope_cache_bytes``).
+        replicated = (
+            (router_params + 2 * hidden * layers) * fraction * elem
+            + (hidden * elem if stage == last else 0)
+            + (model.rope_cache_bytes if runtime_buffers else 0)
         )
         shares.append(
             WeightShare(

@@ -2,8 +2,8 @@
 
 * the held-back split's median |KV-token error| is within the issue's 5 % (also with every (model, engine) group
   counted once, so seven runs of one model cannot carry it);
-* ``weights.py`` alone reproduces every high-confidence "Model loading took X GiB" line within 7 % (known
-  outliers: gemma-3-4b −6.7 % and gpt-oss-20b on Hopper −4.1 %, see the report; the median is well under 1 %);
+* ``weights.py`` alone reproduces every high-confidence "Model loading took X GiB" line within 4 % (known
+  outlier: gpt-oss-20b at TP2 on Hopper −3.6 %, its MXFP4 expert layout; the median is well under 1 %);
 * with the KV budget given (``kv_cache_memory_bytes``) no estimate is involved: the block count vLLM logged lies
   between the counts for the logged "Available KV cache memory" ± its 0.005 GiB rounding.
 """
@@ -29,7 +29,7 @@ from service.core.engines import resolve_engine
 from service.core.planner import plan
 from service.core.units import GIB
 
-WEIGHT_TOLERANCE_PERCENT = 7.0
+WEIGHT_TOLERANCE_PERCENT = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_high_confidence_weight_observations_are_within_tolerance() -> None:
     assert len(checks) >= 20
     worst = max(checks, key=lambda c: abs(c.error_pct or 0.0))
     assert abs(worst.error_pct or 0.0) <= WEIGHT_TOLERANCE_PERCENT, worst
-    assert statistics.median(abs(c.error_pct or 0.0) for c in checks) <= 1.0
+    assert statistics.median(abs(c.error_pct or 0.0) for c in checks) <= 0.5
 
 
 def test_exact_budget_path_reproduces_logged_block_counts(outcomes: list[Outcome]) -> None:
@@ -90,3 +90,11 @@ def test_exact_budget_path_reproduces_logged_block_counts(outcomes: list[Outcome
         assert counts[0] <= obs.blocks <= counts[1], (o.prepared.case_id, counts, obs.blocks)
         checked += 1
     assert checked >= 15
+
+
+def test_expert_parallel_runs_are_excluded_not_planned_as_tensor_parallel() -> None:
+    # Case 2035: Qwen3-Coder-480B-FP8 with -dp=8 --enable-expert-parallel; each rank holds 1/8 of the experts,
+    # which a TP1 plan of the whole model cannot describe.
+    prepared = {p.case_id: p for p in prepare_all()}
+    assert prepared[2035].model_name == "qwen3-coder-480b-a35b"
+    assert any("expert parallelism" in reason for reason in prepared[2035].excluded)

@@ -30,6 +30,7 @@ def stage_weights(settings: Settings) -> tuple[WeightShare, ...]:
             pipeline_parallel_size=settings.pipeline_parallel_size,
             dtype=settings.dtype,
             compute_capability=gpu.compute_capability if gpu else None,
+            runtime_buffers=settings.engine.overheads,
         )
     )
 
