@@ -21,15 +21,26 @@ heaviest pipeline stage:
                 2(n−1)/n × T·hidden·bytes over the link plus a latency floor (``throughput`` constants).
 ``pipeline``    PP: the stages run one after another for one batch (no micro-batch overlap is modelled), so
                 a step is pp × the heaviest stage plus one activation hand-off per boundary.
-``launch``      CUDA graphs hide kernel launches for batches up to the capture size (512 tokens,
-                ``CompilationConfig.max_cudagraph_capture_size`` default); eager mode (``--enforce-eager``) or
-                larger batches pay ≈ 14 launches × 4 µs per layer (measured launch latency of CUDA kernels on
-                H100/A100 with PyTorch 2.x; a Llama layer runs ≈ 14 kernels).
+``dispatch``    the host issues the forward's kernels while the GPU runs them, so a step's GPU part is
+                max(kernel time above, host dispatch time): the GPU idles only when the host is slower. A
+                decode-only step with a full CUDA graph is one replay (dispatch ≈ 0): V0's
+                ``CUDAGraphRunner`` (batches ≤ 256) and V1 from 0.11 (``cudagraph_mode`` FULL_AND_PIECEWISE,
+                ``vllm/config/compilation.py``; batches ≤ 512 tokens, ``max_cudagraph_capture_size``).
+                Piecewise graphs (V1 0.8 – 0.10 for every step; 0.11+ for steps with a prefill chunk) split
+                the forward at each attention op (``splitting_ops`` = ``vllm.unified_attention*``), which runs
+                eagerly from Python between two graph replays: d per decoder layer (fitted,
+                ``layer_dispatch_seconds``). Eager mode (``--enforce-eager``, V0 prefill steps, batches above
+                the capture size) launches every kernel from Python: d + ≈ 14 launches × 4 µs per layer (a
+                Llama layer runs ≈ 14 kernels; ≈ 4 µs CUDA launch latency on H100/A100, PyTorch 2.x). At
+                batch 1 a model with many layers and few active weights (MoE, MLA) is dispatch-bound.
+                vLLM's CPU backend (``--device cpu``) runs each op on the calling thread: nothing overlaps,
+                so there the 14 × 4 µs per layer are added to the kernel time and d does not apply (its
+                per-op cost is part of the CPU replay's fitted c₀).
 ``cpu``         scheduling, sampling, detokenisation and output processing: c₀ + c₁ × requests in the batch.
                 With async scheduling (vLLM 0.15+ default; ``planner`` resolves it) the CPU work of step n+1
                 overlaps the GPU work of step n, so a step takes max(GPU, CPU); otherwise GPU + CPU.
 
-The six fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
+The seven fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
 catalog and the capacity plan (weights per GPU, KV bytes per token).
 """
 
@@ -37,6 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan
 from service.core.specs import GpuSpec, LayerType, ModelSpec
@@ -52,23 +64,25 @@ DEFAULT_LINK_BYTES_PER_SECOND = 64 * 10**9  # PCIe 5 ×16 when the catalog has n
 class StepCoefficients:
     """The few fitted numbers of the step-time model.
 
-    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``) on the 14 *fit* cases of
-    ``tests/data/serving-benchmarks.json`` that were then V1 engines with their GPUs in one host (A100 80GB,
-    Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, vLLM 0.9–0.10, concurrency 1–500). A refit after the data grew to
-    71 cases (18 such fit cases, adding H100 Qwen3-30B-A3B and DeepSeek-R1 TP8) moved only c₁ and the loss by
-    < 0.1 %, so these values stay. ``make accuracy`` on the 71 cases: median |error| of output_throughput /
-    mean TPOT / mean TTFT 4.4 % / 5.2 % / 29.2 % on those fit cases, 3.6 % / 5.6 % / 22.5 % on the 17
-    held-back cases of the same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods
-    included) 22.7 % / 36.5 % / 32.1 %. Each value lies inside the physical range the fit allows
-    (``bench/fit_step_coefficients.py::BOUNDS``).
+    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``, starting from the previous values)
+    on the 19 *fit* cases of ``tests/data/serving-benchmarks.json`` that are V1 engines with their GPUs in one
+    host (A100 80GB and H100/H200: Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, DeepSeek-R1 AWQ TP8, gpt-oss-120b
+    TP8; vLLM 0.9–0.12; concurrency 1–500), after the host-dispatch term (d) was added. ``make accuracy`` on the
+    76 cases: median |error| of output_throughput / mean TPOT / mean TTFT 3.1 % / 4.3 % / 20.1 % on those fit
+    cases, 3.8 % / 4.4 % / 22.9 % on the 17 held-back cases of the same kind (never fitted); on every held-back
+    case (V0 engines and Ray-joined pods included) 14.9 % / 28.6 % / 39.9 %. η_bw ended at the top of its
+    physical range (0.95) while c₀ fell from 3.06 to 2.11 ms: the fit cannot tell a faster weight read from a
+    shorter host step apart on these cases, so the two are best read together. Each value lies inside the
+    physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``).
     """
 
-    bandwidth_efficiency: float = 0.84  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
-    compute_efficiency: float = 0.60  # η_compute: fraction of dense peak a large GEMM reaches
-    gemm_half_tokens: float = 91.4  # T½: rows at which a GEMM reaches half of η_compute
-    attention_efficiency: float = 0.35  # η_attn: fraction of dense peak prefill attention reaches
-    step_overhead_seconds: float = 0.00306  # c₀: CPU time per step (schedule, prepare inputs, launch, sample)
-    per_request_seconds: float = 3.3e-6  # c₁: CPU time per request in the batch (bookkeeping, output)
+    bandwidth_efficiency: float = 0.95  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
+    compute_efficiency: float = 0.63  # η_compute: fraction of dense peak a large GEMM reaches
+    gemm_half_tokens: float = 126.7  # T½: rows at which a GEMM reaches half of η_compute
+    attention_efficiency: float = 0.367  # η_attn: fraction of dense peak prefill attention reaches
+    step_overhead_seconds: float = 0.00211  # c₀: CPU time per step (schedule, prepare inputs, launch, sample)
+    per_request_seconds: float = 1e-7  # c₁: CPU time per request in the batch (bookkeeping, output)
+    layer_dispatch_seconds: float = 216e-6  # d: host time per decoder layer under piecewise CUDA graphs
     # Not fitted here: a per-deployment multiplier of every step's time (GPU and CPU), fitted by the live
     # pipeline from one deployment's observed latencies (observed ÷ simulated TPOT). 1.0 = the model as is.
     time_scale: float = 1.0
@@ -80,7 +94,12 @@ class StepCoefficients:
                 raise InvalidSpec(f"must be in (0, 1], got {value}", field=f"coefficients.{name}")
         if not self.time_scale > 0:
             raise InvalidSpec(f"must be > 0, got {self.time_scale}", field="coefficients.time_scale")
-        for name in ("gemm_half_tokens", "step_overhead_seconds", "per_request_seconds"):
+        for name in (
+            "gemm_half_tokens",
+            "step_overhead_seconds",
+            "per_request_seconds",
+            "layer_dispatch_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise InvalidSpec("must not be negative", field=f"coefficients.{name}")
 
@@ -92,6 +111,7 @@ class StepCoefficients:
             "attention_efficiency": self.attention_efficiency,
             "step_overhead_seconds": self.step_overhead_seconds,
             "per_request_seconds": self.per_request_seconds,
+            "layer_dispatch_seconds": self.layer_dispatch_seconds,
             "time_scale": self.time_scale,
         }
 
@@ -138,12 +158,16 @@ class StepTimeModel:
     pipeline_parallel_size: int
     enforce_eager: bool
     async_scheduling: bool
+    full_cudagraph_decode: bool = True  # decode-only steps replay one full CUDA graph (engine profile)
+    cudagraph_max_batch: int = CUDA_GRAPH_MAX_TOKENS  # largest captured batch (tokens)
+    host_synchronous: bool = False  # the CPU backend: ops run on the host thread, no dispatch overlap
 
     @classmethod
     def build(
         cls, *, model: ModelSpec, gpu: GpuSpec, plan: CapacityPlan, coefficients: StepCoefficients
     ) -> StepTimeModel:
         settings = plan.settings
+        profile = resolve_engine(settings.engine)
         if not gpu.memory_bandwidth_bytes_per_second:
             raise InvalidSpec(f"GPU {gpu.name} has no memory bandwidth figure; cannot simulate", field="gpu")
         quant = settings.quantization
@@ -211,6 +235,9 @@ class StepTimeModel:
             pipeline_parallel_size=pp,
             enforce_eager=settings.enforce_eager,
             async_scheduling=settings.async_scheduling,
+            full_cudagraph_decode=profile.full_cudagraph_decode,
+            cudagraph_max_batch=profile.cudagraph_max_batch,
+            host_synchronous=settings.device == "cpu",
         )
 
     def weight_bytes_touched(self, num_tokens: int) -> float:
@@ -263,15 +290,30 @@ class StepTimeModel:
             / (self.peak_flops_per_second * c.attention_efficiency)
         )
         comm = self.allreduce_fixed_seconds + self.allreduce_seconds_per_token * tokens
-        launch = (
-            self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
-            if self.enforce_eager or tokens > CUDA_GRAPH_MAX_TOKENS
-            else 0.0
-        )
+        kernels = linear + attention + comm
         pp = self.pipeline_parallel_size
-        fixed = pp * (linear + attention + comm + launch) + (pp - 1) * PIPELINE_HANDOFF_SECONDS
+        if self.host_synchronous:
+            stage = kernels + self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
+        else:
+            stage = max(kernels, self.dispatch_seconds(load))
+        fixed = pp * stage + (pp - 1) * PIPELINE_HANDOFF_SECONDS
         per_context_token = pp * (self.kv_bytes_per_token - self.windowed_kv_bytes_per_token) / bandwidth
         return fixed * c.time_scale, per_context_token * c.time_scale
+
+    def dispatch_seconds(self, load: StepLoad) -> float:
+        """Host time to issue one stage's forward (see the module docstring's ``dispatch``).
+
+        Compared with the stage's context-independent kernel time only: the decode attention reads that grow
+        with context are left outside the max, which keeps a decode stretch's step time linear in its steps.
+        """
+        decode_only = load.prefill_kv_tokens == 0
+        if self.enforce_eager or load.num_tokens > self.cudagraph_max_batch:
+            per_layer = self.coefficients.layer_dispatch_seconds + EAGER_LAUNCH_SECONDS_PER_LAYER
+        elif decode_only and self.full_cudagraph_decode:
+            return 0.0
+        else:
+            per_layer = self.coefficients.layer_dispatch_seconds
+        return self.layers_per_stage * per_layer
 
     def seconds_per_windowed_token(self) -> float:
         """Seconds per token of ``decode_windowed_tokens`` (sliding-window layers' KV reads)."""

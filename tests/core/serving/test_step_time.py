@@ -36,6 +36,7 @@ COEFFS = StepCoefficients(
     attention_efficiency=0.4,
     step_overhead_seconds=0.002,
     per_request_seconds=10e-6,
+    layer_dispatch_seconds=300e-6,
 )
 # Llama-3.1-8B: 8,030,261,248 parameters, of which embedding and LM head are 2 × 128,256 × 4,096.
 LINEAR_PARAMS = 8_030_261_248 - 2 * 128_256 * 4_096
@@ -103,16 +104,53 @@ def test_a_large_prefill_is_compute_bound_with_causal_attention_flops() -> None:
     assert linear > weights / (3.35e12 * 0.8)  # compute-bound
     # 4 × heads × head_dim FLOPs per (query, key) pair per layer, 32 layers, q²/2 causal pairs.
     attention = 4 * 32 * 128 * 32 * (q * q / 2) / (989.5e12 * 0.4) + q * KV_BYTES_PER_TOKEN / (3.35e12 * 0.8)
-    eager_launch = 32 * EAGER_LAUNCH_SECONDS_PER_LAYER  # 4,096 tokens exceed the CUDA-graph capture size
-    expected = linear + attention + eager_launch + 0.002 + 10e-6
+    # 4,096 tokens exceed the CUDA-graph capture size, so every kernel is launched from Python — but the
+    # host's 32 × (300 µs + 14 × 4 µs) ≈ 11 ms is far below the GPU's ≈ 130 ms, and only the slower one counts.
+    dispatch = 32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER)
+    assert dispatch < linear + attention
+    expected = linear + attention + 0.002 + 10e-6
     assert math.isclose(model.step_seconds(load), expected, rel_tol=1e-9)
 
 
-def test_enforce_eager_adds_launch_latency_per_layer() -> None:
-    graphs, _ = _model(async_scheduling=False)
-    eager, _ = _model(async_scheduling=False, enforce_eager=True)
-    delta = eager.step_seconds(_decode(8, 500)) - graphs.step_seconds(_decode(8, 500))
-    assert math.isclose(delta, 32 * EAGER_LAUNCH_SECONDS_PER_LAYER, rel_tol=1e-9)
+def test_a_full_cuda_graph_decode_has_no_dispatch_floor() -> None:
+    model, weights = _model(async_scheduling=False)  # the newest release: FULL_AND_PIECEWISE graphs
+    fixed, _ = model.gpu_seconds_parts(_decode(1, 0))
+    assert math.isclose(fixed, weights / (3.35e12 * 0.8), rel_tol=1e-9)
+
+
+def test_piecewise_graphs_make_a_small_decode_step_dispatch_bound() -> None:
+    # V1 0.10: piecewise CUDA graphs, one eager attention call per layer: 32 × 300 µs = 9.6 ms on the host
+    # against 16 GB / 2.68 TB/s ≈ 6 ms of weight reads on the GPU — the host is the bottleneck.
+    model, weights = _model(async_scheduling=False, engine="vllm-0.10")
+    memory = weights / (3.35e12 * 0.8)
+    assert memory < 32 * 300e-6
+    fixed, per_context = model.gpu_seconds_parts(_decode(1, 0))
+    assert math.isclose(fixed, 32 * 300e-6, rel_tol=1e-9)
+    # A large batch is GPU-bound again: the dispatch floor no longer shows.
+    big, _ = model.gpu_seconds_parts(_decode(256, 0))
+    assert big > 32 * 300e-6
+    assert per_context == pytest.approx(KV_BYTES_PER_TOKEN / (3.35e12 * 0.8))
+
+
+def test_from_0_11_only_steps_with_a_prefill_chunk_run_piecewise() -> None:
+    model, _ = _model(async_scheduling=False)
+    chunk = StepLoad(
+        num_tokens=17,
+        num_requests=2,
+        decode_context_tokens=100,
+        prefill_attention_pairs=16 * 8.0,
+        prefill_kv_tokens=16,
+    )
+    assert model.dispatch_seconds(chunk) == pytest.approx(32 * 300e-6)
+    assert model.dispatch_seconds(_decode(17, 100)) == 0.0
+
+
+def test_enforce_eager_launches_every_kernel_from_python() -> None:
+    eager, weights = _model(async_scheduling=False, enforce_eager=True)
+    per_layer = 300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER
+    assert eager.dispatch_seconds(_decode(8, 500)) == pytest.approx(32 * per_layer)
+    fixed, _ = eager.gpu_seconds_parts(_decode(8, 500))
+    assert math.isclose(fixed, max(weights / (3.35e12 * 0.8), 32 * per_layer), rel_tol=1e-9)
 
 
 def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
@@ -162,3 +200,16 @@ def test_time_scale_multiplies_every_term() -> None:
     model, _ = _model(async_scheduling=False)
     scaled = replace(model, coefficients=replace(COEFFS, time_scale=2.0))
     assert math.isclose(scaled.step_seconds(_decode(4, 100)), 2 * model.step_seconds(_decode(4, 100)))
+
+
+def test_which_releases_replay_a_full_decode_graph() -> None:
+    from service.core.engines import resolve_engine
+
+    # V1 0.8 – 0.10: piecewise only; FULL_AND_PIECEWISE is the default from 0.11; V0 captured whole decode
+    # batches up to 256 (CUDAGraphRunner).
+    assert not resolve_engine("vllm-0.9-v1").full_cudagraph_decode
+    assert not resolve_engine("vllm-0.10").full_cudagraph_decode
+    assert resolve_engine("vllm-0.11").full_cudagraph_decode
+    v0 = resolve_engine("vllm-0.5")
+    assert v0.full_cudagraph_decode and v0.cudagraph_max_batch == 256
+    assert resolve_engine("vllm-0.33").cudagraph_max_batch == 512
