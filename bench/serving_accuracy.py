@@ -131,6 +131,7 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
         "max_num_batched_tokens": case.get("max_num_batched_tokens"),
         "gpu_memory_utilization": case.get("gpu_memory_utilization"),
         "enforce_eager": bool(case.get("enforce_eager") or False),
+        "async_scheduling": case.get("async_scheduling"),  # --async-scheduling; null = the release default
     }
     if settings["max_model_len"] is None and bench.get("dataset_name") == "random":
         # The catalog default context may not fit; the benchmark needs prompt + output.

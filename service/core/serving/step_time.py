@@ -19,6 +19,17 @@ heaviest pipeline stage:
                 FLOPs per layer (QKᵀ and PV, causal) and reads its c + q tokens of KV.
 ``all-reduce``  TP: 2 per layer (after attention and after the MLP, ``RowParallelLinear``), ring cost
                 2(n−1)/n × T·hidden·bytes over the link plus a latency floor (``throughput`` constants).
+``kernels``     every kernel a decoder layer runs has a fixed cost besides its bytes and FLOPs (block scheduling,
+                ramp-up and tail, the gap between dependent kernels inside a CUDA graph): t_k per kernel
+                (fitted, ``kernel_floor_seconds``) × the kernels of one layer — 2 fused residual+RMSNorm,
+                attention 5 (QKV GEMM, rotary, KV-cache write, attention, O GEMM; MLA 11: q_a, q_a norm,
+                q_b, kv_a, kv norm, rotary, cache write, W_UK bmm, attention, W_UV bmm, O, the absorbed path
+                of ``vllm/model_executor/layers/attention/mla_attention.py`` / V1 ``MLACommonImpl``), a dense
+                MLP 3 (gate-up GEMM, SiLU-and-mul, down GEMM), an MoE layer 7 (router GEMM, top-k softmax,
+                ``moe_align_block_size``, two grouped GEMMs, activation, combine; ``fused_moe.py``) plus 3 for
+                shared experts. Invisible in large steps, it is most of a batch-1 decode step of a model with
+                many layers and few active weights (gpt-oss-120b on 8 × H200 at concurrency 8: 2.7 GB of
+                weights read per GPU per step, 0.6 ms, yet ≈ 4 ms per output token measured).
 ``pipeline``    PP: the stages run one after another for one batch (no micro-batch overlap is modelled), so
                 a step is pp × the heaviest stage plus one activation hand-off per boundary.
 ``dispatch``    the host issues the forward's kernels while the GPU runs them, so a step's GPU part is
@@ -40,7 +51,7 @@ heaviest pipeline stage:
                 With async scheduling (vLLM 0.15+ default; ``planner`` resolves it) the CPU work of step n+1
                 overlaps the GPU work of step n, so a step takes max(GPU, CPU); otherwise GPU + CPU.
 
-The seven fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
+The eight fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
 catalog and the capacity plan (weights per GPU, KV bytes per token).
 """
 
@@ -64,25 +75,28 @@ DEFAULT_LINK_BYTES_PER_SECOND = 64 * 10**9  # PCIe 5 ×16 when the catalog has n
 class StepCoefficients:
     """The few fitted numbers of the step-time model.
 
-    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``, starting from the previous values)
-    on the 19 *fit* cases of ``tests/data/serving-benchmarks.json`` that are V1 engines with their GPUs in one
-    host (A100 80GB and H100/H200: Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, DeepSeek-R1 AWQ TP8, gpt-oss-120b
-    TP8; vLLM 0.9–0.12; concurrency 1–500), after the host-dispatch term (d) was added. ``make accuracy`` on the
-    76 cases: median |error| of output_throughput / mean TPOT / mean TTFT 3.1 % / 4.3 % / 20.1 % on those fit
-    cases, 3.8 % / 4.4 % / 22.9 % on the 17 held-back cases of the same kind (never fitted); on every held-back
-    case (V0 engines and Ray-joined pods included) 14.9 % / 28.6 % / 39.9 %. η_bw ended at the top of its
-    physical range (0.95) while c₀ fell from 3.06 to 2.11 ms: the fit cannot tell a faster weight read from a
-    shorter host step apart on these cases, so the two are best read together. Each value lies inside the
-    physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``).
+    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``, two passes, each starting from the
+    values before it) on the 19 *fit* cases of ``tests/data/serving-benchmarks.json`` that are V1 engines with
+    their GPUs in one host (A100 80GB and H100/H200: Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, DeepSeek-R1 AWQ
+    TP8, gpt-oss-120b TP8; vLLM 0.9–0.12; concurrency 1–500), after the host-dispatch (d) and kernel-floor (t_k)
+    terms were added. ``make accuracy`` on the 76 cases: median |error| of output_throughput / mean TPOT / mean
+    TTFT 4.6 % / 4.0 % / 21.2 % on those fit cases, 4.8 % / 3.6 % / 22.4 % on the 17 held-back cases of the
+    same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods included) 20.2 % / 28.4 % /
+    39.6 %. η_bw sits at the top of its physical range (0.95), and c₀ and c₁ are barely determined (the loss
+    moves < 0.1 % over c₀ 0.26 – 2 ms once t_k is in): read η_bw, c₀ and t_k together. Each value lies inside
+    the physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``).
     """
 
     bandwidth_efficiency: float = 0.95  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
     compute_efficiency: float = 0.63  # η_compute: fraction of dense peak a large GEMM reaches
     gemm_half_tokens: float = 126.7  # T½: rows at which a GEMM reaches half of η_compute
     attention_efficiency: float = 0.367  # η_attn: fraction of dense peak prefill attention reaches
-    step_overhead_seconds: float = 0.00211  # c₀: CPU time per step (schedule, prepare inputs, launch, sample)
-    per_request_seconds: float = 1e-7  # c₁: CPU time per request in the batch (bookkeeping, output)
-    layer_dispatch_seconds: float = 216e-6  # d: host time per decoder layer under piecewise CUDA graphs
+    step_overhead_seconds: float = (
+        0.000265  # c₀: CPU time per step (schedule, prepare inputs, launch, sample)
+    )
+    per_request_seconds: float = 3.05e-6  # c₁: CPU time per request in the batch (bookkeeping, output)
+    layer_dispatch_seconds: float = 259e-6  # d: host time per decoder layer under piecewise CUDA graphs
+    kernel_floor_seconds: float = 4.2e-6  # t_k: fixed GPU time of one kernel of a decoder layer
     # Not fitted here: a per-deployment multiplier of every step's time (GPU and CPU), fitted by the live
     # pipeline from one deployment's observed latencies (observed ÷ simulated TPOT). 1.0 = the model as is.
     time_scale: float = 1.0
@@ -99,6 +113,7 @@ class StepCoefficients:
             "step_overhead_seconds",
             "per_request_seconds",
             "layer_dispatch_seconds",
+            "kernel_floor_seconds",
         ):
             if getattr(self, name) < 0:
                 raise InvalidSpec("must not be negative", field=f"coefficients.{name}")
@@ -112,6 +127,7 @@ class StepCoefficients:
             "step_overhead_seconds": self.step_overhead_seconds,
             "per_request_seconds": self.per_request_seconds,
             "layer_dispatch_seconds": self.layer_dispatch_seconds,
+            "kernel_floor_seconds": self.kernel_floor_seconds,
             "time_scale": self.time_scale,
         }
 
@@ -161,6 +177,7 @@ class StepTimeModel:
     full_cudagraph_decode: bool = True  # decode-only steps replay one full CUDA graph (engine profile)
     cudagraph_max_batch: int = CUDA_GRAPH_MAX_TOKENS  # largest captured batch (tokens)
     host_synchronous: bool = False  # the CPU backend: ops run on the host thread, no dispatch overlap
+    kernels_per_stage: int = 0  # kernels the decoder layers of one stage run per step (``kernels`` term)
 
     @classmethod
     def build(
@@ -238,6 +255,8 @@ class StepTimeModel:
             full_cudagraph_decode=profile.full_cudagraph_decode,
             cudagraph_max_batch=profile.cudagraph_max_batch,
             host_synchronous=settings.device == "cpu",
+            # A GPU kernel's fixed cost; on the CPU backend each op's is part of the fitted c₀ instead.
+            kernels_per_stage=0 if settings.device == "cpu" else _kernels_per_stage(model, per_stage_layers),
         )
 
     def weight_bytes_touched(self, num_tokens: int) -> float:
@@ -290,7 +309,7 @@ class StepTimeModel:
             / (self.peak_flops_per_second * c.attention_efficiency)
         )
         comm = self.allreduce_fixed_seconds + self.allreduce_seconds_per_token * tokens
-        kernels = linear + attention + comm
+        kernels = linear + attention + comm + self.kernels_per_stage * c.kernel_floor_seconds
         pp = self.pipeline_parallel_size
         if self.host_synchronous:
             stage = kernels + self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
@@ -333,6 +352,27 @@ class StepTimeModel:
             gpu += self.seconds_per_windowed_token() * load.decode_windowed_tokens
         cpu = self.cpu_seconds(load.num_requests)
         return max(gpu, cpu) if self.async_scheduling else gpu + cpu
+
+
+NORM_KERNELS = 2  # fused residual-add + RMSNorm before attention and before the MLP
+ATTENTION_KERNELS = 5  # QKV GEMM, rotary embedding, KV-cache write, attention, O GEMM
+MLA_ATTENTION_KERNELS = 11  # q_a, q_a norm, q_b, kv_a, kv norm, rotary, cache write, W_UK, attention, W_UV, O
+DENSE_MLP_KERNELS = 3  # gate-up GEMM, SiLU-and-mul, down GEMM
+MOE_KERNELS = 7  # router GEMM, top-k softmax, align/sort, grouped GEMM, activation, grouped GEMM, combine
+SHARED_EXPERT_KERNELS = 3  # the shared experts' gate-up, activation, down
+
+
+def _kernels_per_stage(model: ModelSpec, layers: int) -> int:
+    """Kernels one pipeline stage's decoder layers launch per step (``kernels`` term of the module docstring)."""
+    attention = MLA_ATTENTION_KERNELS if model.uses_mla else ATTENTION_KERNELS
+    dense_mlp = NORM_KERNELS + attention + DENSE_MLP_KERNELS
+    if not (model.is_moe and model.num_experts_per_tok):
+        return layers * dense_mlp
+    moe = NORM_KERNELS + attention + MOE_KERNELS
+    if model.num_shared_experts:
+        moe += SHARED_EXPERT_KERNELS
+    dense_layers = min(layers, model.first_k_dense_replace or 0)
+    return dense_layers * dense_mlp + (layers - dense_layers) * moe
 
 
 def _windowed_kv(model: ModelSpec, plan: CapacityPlan) -> tuple[int, int]:

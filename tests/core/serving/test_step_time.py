@@ -37,7 +37,10 @@ COEFFS = StepCoefficients(
     step_overhead_seconds=0.002,
     per_request_seconds=10e-6,
     layer_dispatch_seconds=300e-6,
+    kernel_floor_seconds=5e-6,
 )
+# Llama-3.1-8B's 32 layers × 10 kernels (2 norms, 5 attention, 3 MLP) × 5 µs of fixed cost each.
+FLOOR = 32 * 10 * 5e-6
 # Llama-3.1-8B: 8,030,261,248 parameters, of which embedding and LM head are 2 × 128,256 × 4,096.
 LINEAR_PARAMS = 8_030_261_248 - 2 * 128_256 * 4_096
 LM_HEAD_FLOPS = 2 * 4_096 * 128_256
@@ -78,13 +81,13 @@ def test_batch_one_decode_is_the_weight_read_plus_the_kv_read() -> None:
     assert compute < memory
     kv = 1000 * KV_BYTES_PER_TOKEN / bandwidth
     cpu = 0.002 + 10e-6
-    assert math.isclose(model.step_seconds(_decode(1, 1000)), memory + kv + cpu, rel_tol=1e-9)
+    assert math.isclose(model.step_seconds(_decode(1, 1000)), memory + kv + FLOOR + cpu, rel_tol=1e-9)
 
 
 def test_async_scheduling_overlaps_cpu_with_the_gpu() -> None:
     sync, weights = _model(async_scheduling=False)
     overlapped, _ = _model(async_scheduling=True)
-    gpu = weights / (3.35e12 * 0.8) + 1000 * KV_BYTES_PER_TOKEN / (3.35e12 * 0.8)
+    gpu = weights / (3.35e12 * 0.8) + 1000 * KV_BYTES_PER_TOKEN / (3.35e12 * 0.8) + FLOOR
     assert math.isclose(overlapped.step_seconds(_decode(1, 1000)), max(gpu, 0.002 + 10e-6), rel_tol=1e-9)
     assert sync.step_seconds(_decode(1, 1000)) > overlapped.step_seconds(_decode(1, 1000))
 
@@ -108,22 +111,23 @@ def test_a_large_prefill_is_compute_bound_with_causal_attention_flops() -> None:
     # host's 32 × (300 µs + 14 × 4 µs) ≈ 11 ms is far below the GPU's ≈ 130 ms, and only the slower one counts.
     dispatch = 32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER)
     assert dispatch < linear + attention
-    expected = linear + attention + 0.002 + 10e-6
+    expected = linear + attention + FLOOR + 0.002 + 10e-6
     assert math.isclose(model.step_seconds(load), expected, rel_tol=1e-9)
 
 
 def test_a_full_cuda_graph_decode_has_no_dispatch_floor() -> None:
     model, weights = _model(async_scheduling=False)  # the newest release: FULL_AND_PIECEWISE graphs
     fixed, _ = model.gpu_seconds_parts(_decode(1, 0))
-    assert math.isclose(fixed, weights / (3.35e12 * 0.8), rel_tol=1e-9)
+    assert math.isclose(fixed, weights / (3.35e12 * 0.8) + FLOOR, rel_tol=1e-9)
 
 
 def test_piecewise_graphs_make_a_small_decode_step_dispatch_bound() -> None:
     # V1 0.10: piecewise CUDA graphs, one eager attention call per layer: 32 × 300 µs = 9.6 ms on the host
-    # against 16 GB / 2.68 TB/s ≈ 6 ms of weight reads on the GPU — the host is the bottleneck.
+    # against 16 GB / 2.68 TB/s ≈ 6 ms of weight reads (+ 1.6 ms of kernel floor) on the GPU — the host is
+    # the bottleneck.
     model, weights = _model(async_scheduling=False, engine="vllm-0.10")
     memory = weights / (3.35e12 * 0.8)
-    assert memory < 32 * 300e-6
+    assert memory + FLOOR < 32 * 300e-6
     fixed, per_context = model.gpu_seconds_parts(_decode(1, 0))
     assert math.isclose(fixed, 32 * 300e-6, rel_tol=1e-9)
     # A large batch is GPU-bound again: the dispatch floor no longer shows.
@@ -150,7 +154,7 @@ def test_enforce_eager_launches_every_kernel_from_python() -> None:
     per_layer = 300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER
     assert eager.dispatch_seconds(_decode(8, 500)) == pytest.approx(32 * per_layer)
     fixed, _ = eager.gpu_seconds_parts(_decode(8, 500))
-    assert math.isclose(fixed, max(weights / (3.35e12 * 0.8), 32 * per_layer), rel_tol=1e-9)
+    assert math.isclose(fixed, max(weights / (3.35e12 * 0.8) + FLOOR, 32 * per_layer), rel_tol=1e-9)
 
 
 def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
@@ -163,7 +167,7 @@ def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
     fixed1, _ = tp1.gpu_seconds_parts(_decode(batch, 0))
     # TP 2 halves the weights per GPU (memory-bound at 64 tokens) and adds 64 all-reduces.
     memory2 = tp2.weight_bytes / (3.35e12 * 0.8)
-    assert math.isclose(fixed, memory2 + 2 * 32 * per_call, rel_tol=1e-9)
+    assert math.isclose(fixed, memory2 + 2 * 32 * per_call + FLOOR, rel_tol=1e-9)
     assert fixed < fixed1
 
 
@@ -213,3 +217,34 @@ def test_which_releases_replay_a_full_decode_graph() -> None:
     v0 = resolve_engine("vllm-0.5")
     assert v0.full_cudagraph_decode and v0.cudagraph_max_batch == 256
     assert resolve_engine("vllm-0.33").cudagraph_max_batch == 512
+
+
+def test_the_kernel_floor_counts_each_layers_kernels() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    catalog = builtin_snapshot()
+    dense, _ = _model()
+    assert dense.kernels_per_stage == 32 * (2 + 5 + 3)
+    mixtral = catalog.find_model("mixtral-8x7b")
+    assert mixtral is not None and not mixtral.spec.num_shared_experts
+    p = plan(PlanRequest(model=mixtral.spec, gpu=H100, tensor_parallel_size=2, max_model_len=4096))
+    moe = StepTimeModel.build(model=mixtral.spec, gpu=H100, plan=p, coefficients=COEFFS)
+    assert moe.kernels_per_stage == 32 * (2 + 5 + 7)  # norms, attention, router … combine
+    # Pipeline stages each count their own layers.
+    p2 = plan(PlanRequest(model=LLAMA_31_8B, gpu=H100, pipeline_parallel_size=2, max_model_len=8192))
+    staged = StepTimeModel.build(model=LLAMA_31_8B, gpu=H100, plan=p2, coefficients=COEFFS)
+    assert staged.kernels_per_stage == 16 * 10
+
+
+def test_an_mla_moe_layer_runs_more_kernels() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    entry = builtin_snapshot().find_model("deepseek-r1")
+    assert entry is not None
+    spec = entry.spec
+    assert spec.uses_mla and spec.num_shared_experts and spec.first_k_dense_replace == 3
+    h200 = replace(H100, name="h200", memory_bytes=int(139.8 * GIB))
+    p = plan(PlanRequest(model=spec, gpu=h200, tensor_parallel_size=8, max_model_len=8192))
+    model = StepTimeModel.build(model=spec, gpu=h200, plan=p, coefficients=COEFFS)
+    # 3 dense layers (2 + 11 + 3) and 58 MoE layers with a shared expert (2 + 11 + 7 + 3).
+    assert model.kernels_per_stage == 3 * 16 + 58 * 23
