@@ -40,7 +40,10 @@ heaviest pipeline stage:
                 Piecewise graphs (V1 0.8 – 0.10 for every step; 0.11+ for steps with a prefill chunk) split
                 the forward at each attention op (``splitting_ops`` = ``vllm.unified_attention*``), which runs
                 eagerly from Python between two graph replays: d per decoder layer (fitted,
-                ``layer_dispatch_seconds``). Eager mode (``--enforce-eager``, V0 prefill steps, batches above
+                ``layer_dispatch_seconds``) for an attention piece that launches 2 kernels (KV-cache write,
+                attention: ``FlashAttentionImpl.forward``) plus the next replay, 2·d for MLA's, which launches
+                5 (cache write, W_UK bmm, attention, W_UV bmm, output copy: ``MLACommonImpl.forward``) plus
+                the replay — d scales with the launches, 3 against 6. Eager mode (``--enforce-eager``, V0 prefill steps, batches above
                 the capture size) launches every kernel from Python: d + ≈ 14 launches × 4 µs per layer (a
                 Llama layer runs ≈ 14 kernels; ≈ 4 µs CUDA launch latency on H100/A100, PyTorch 2.x). At
                 batch 1 a model with many layers and few active weights (MoE, MLA) is dispatch-bound.
@@ -75,14 +78,14 @@ DEFAULT_LINK_BYTES_PER_SECOND = 64 * 10**9  # PCIe 5 ×16 when the catalog has n
 class StepCoefficients:
     """The few fitted numbers of the step-time model.
 
-    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``, two passes, each starting from the
+    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``, passes each starting from the
     values before it) on the 19 *fit* cases of ``tests/data/serving-benchmarks.json`` that are V1 engines with
     their GPUs in one host (A100 80GB and H100/H200: Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, DeepSeek-R1 AWQ
     TP8, gpt-oss-120b TP8; vLLM 0.9–0.12; concurrency 1–500), after the host-dispatch (d) and kernel-floor (t_k)
     terms were added. ``make accuracy`` on the 76 cases: median |error| of output_throughput / mean TPOT / mean
-    TTFT 4.6 % / 4.0 % / 21.2 % on those fit cases, 4.8 % / 3.6 % / 22.4 % on the 17 held-back cases of the
-    same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods included) 20.2 % / 28.4 % /
-    39.6 %. η_bw sits at the top of its physical range (0.95), and c₀ and c₁ are barely determined (the loss
+    TTFT 4.2 % / 3.6 % / 22.0 % on those fit cases, 4.0 % / 2.7 % / 22.8 % on the 17 held-back cases of the
+    same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods included) 16.1 % / 25.4 % /
+    39.2 %. η_bw sits at the top of its physical range (0.95), and c₀ and c₁ are barely determined (the loss
     moves < 0.1 % over c₀ 0.26 – 2 ms once t_k is in): read η_bw, c₀ and t_k together. Each value lies inside
     the physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``).
     """
@@ -91,11 +94,9 @@ class StepCoefficients:
     compute_efficiency: float = 0.63  # η_compute: fraction of dense peak a large GEMM reaches
     gemm_half_tokens: float = 126.7  # T½: rows at which a GEMM reaches half of η_compute
     attention_efficiency: float = 0.367  # η_attn: fraction of dense peak prefill attention reaches
-    step_overhead_seconds: float = (
-        0.000265  # c₀: CPU time per step (schedule, prepare inputs, launch, sample)
-    )
-    per_request_seconds: float = 3.05e-6  # c₁: CPU time per request in the batch (bookkeeping, output)
-    layer_dispatch_seconds: float = 259e-6  # d: host time per decoder layer under piecewise CUDA graphs
+    step_overhead_seconds: float = 0.00079  # c₀: CPU time per step (schedule, prepare inputs, sample)
+    per_request_seconds: float = 8.5e-7  # c₁: CPU time per request in the batch (bookkeeping, output)
+    layer_dispatch_seconds: float = 125e-6  # d: host time per decoder layer under piecewise CUDA graphs
     kernel_floor_seconds: float = 4.2e-6  # t_k: fixed GPU time of one kernel of a decoder layer
     # Not fitted here: a per-deployment multiplier of every step's time (GPU and CPU), fitted by the live
     # pipeline from one deployment's observed latencies (observed ÷ simulated TPOT). 1.0 = the model as is.
@@ -178,6 +179,7 @@ class StepTimeModel:
     cudagraph_max_batch: int = CUDA_GRAPH_MAX_TOKENS  # largest captured batch (tokens)
     host_synchronous: bool = False  # the CPU backend: ops run on the host thread, no dispatch overlap
     kernels_per_stage: int = 0  # kernels the decoder layers of one stage run per step (``kernels`` term)
+    attention_dispatch_weight: float = 1.0  # the eager attention piece's host time in units of d (MLA: 2)
 
     @classmethod
     def build(
@@ -257,6 +259,7 @@ class StepTimeModel:
             host_synchronous=settings.device == "cpu",
             # A GPU kernel's fixed cost; on the CPU backend each op's is part of the fitted c₀ instead.
             kernels_per_stage=0 if settings.device == "cpu" else _kernels_per_stage(model, per_stage_layers),
+            attention_dispatch_weight=MLA_DISPATCH_WEIGHT if model.uses_mla else 1.0,
         )
 
     def weight_bytes_touched(self, num_tokens: int) -> float:
@@ -326,12 +329,13 @@ class StepTimeModel:
         with context are left outside the max, which keeps a decode stretch's step time linear in its steps.
         """
         decode_only = load.prefill_kv_tokens == 0
+        piece = self.coefficients.layer_dispatch_seconds * self.attention_dispatch_weight
         if self.enforce_eager or load.num_tokens > self.cudagraph_max_batch:
-            per_layer = self.coefficients.layer_dispatch_seconds + EAGER_LAUNCH_SECONDS_PER_LAYER
+            per_layer = piece + EAGER_LAUNCH_SECONDS_PER_LAYER
         elif decode_only and self.full_cudagraph_decode:
             return 0.0
         else:
-            per_layer = self.coefficients.layer_dispatch_seconds
+            per_layer = piece
         return self.layers_per_stage * per_layer
 
     def seconds_per_windowed_token(self) -> float:
@@ -360,6 +364,8 @@ MLA_ATTENTION_KERNELS = 11  # q_a, q_a norm, q_b, kv_a, kv norm, rotary, cache w
 DENSE_MLP_KERNELS = 3  # gate-up GEMM, SiLU-and-mul, down GEMM
 MOE_KERNELS = 7  # router GEMM, top-k softmax, align/sort, grouped GEMM, activation, grouped GEMM, combine
 SHARED_EXPERT_KERNELS = 3  # the shared experts' gate-up, activation, down
+# Host launches of one eager attention piece plus the next graph replay: FlashAttention 2 + 1, MLA 5 + 1.
+MLA_DISPATCH_WEIGHT = (5 + 1) / (2 + 1)
 
 
 def _kernels_per_stage(model: ModelSpec, layers: int) -> int:

@@ -248,3 +248,19 @@ def test_an_mla_moe_layer_runs_more_kernels() -> None:
     model = StepTimeModel.build(model=spec, gpu=h200, plan=p, coefficients=COEFFS)
     # 3 dense layers (2 + 11 + 3) and 58 MoE layers with a shared expert (2 + 11 + 7 + 3).
     assert model.kernels_per_stage == 3 * 16 + 58 * 23
+
+
+def test_an_mla_attention_piece_costs_twice_the_host_time() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    # MLACommonImpl.forward launches 5 kernels + the next graph replay, FlashAttention 2 + 1: 6 against 3.
+    entry = builtin_snapshot().find_model("deepseek-r1")
+    assert entry is not None
+    h200 = replace(H100, name="h200", memory_bytes=int(139.8 * GIB))
+    request = PlanRequest(
+        model=entry.spec, gpu=h200, tensor_parallel_size=8, max_model_len=8192, engine="vllm-0.10"
+    )
+    mla = StepTimeModel.build(model=entry.spec, gpu=h200, plan=plan(request), coefficients=COEFFS)
+    assert mla.dispatch_seconds(_decode(1, 100)) == pytest.approx(61 * 2 * 300e-6)
+    dense, _ = _model(engine="vllm-0.10")
+    assert dense.dispatch_seconds(_decode(1, 100)) == pytest.approx(32 * 300e-6)
