@@ -43,8 +43,9 @@ heaviest pipeline stage:
                 ``layer_dispatch_seconds``) for an attention piece that launches 2 kernels (KV-cache write,
                 attention: ``FlashAttentionImpl.forward``) plus the next replay, 2·d for MLA's, which launches
                 5 (cache write, W_UK bmm, attention, W_UV bmm, output copy: ``MLACommonImpl.forward``) plus
-                the replay — d scales with the launches, 3 against 6. Eager mode (``--enforce-eager``, V0 prefill steps, batches above
-                the capture size) launches every kernel from Python: d + ≈ 14 launches × 4 µs per layer (a
+                the replay — d scales with the launches, 3 against 6. Eager mode (``--enforce-eager``, V0
+                steps with a prefill — V0 captured decode batches only — and batches above the capture
+                size) launches every kernel from Python: d + ≈ 14 launches × 4 µs per layer (a
                 Llama layer runs ≈ 14 kernels; ≈ 4 µs CUDA launch latency on H100/A100, PyTorch 2.x). At
                 batch 1 a model with many layers and few active weights (MoE, MLA) is dispatch-bound.
                 vLLM's CPU backend (``--device cpu``) runs each op on the calling thread: nothing overlaps,
@@ -180,6 +181,7 @@ class StepTimeModel:
     host_synchronous: bool = False  # the CPU backend: ops run on the host thread, no dispatch overlap
     kernels_per_stage: int = 0  # kernels the decoder layers of one stage run per step (``kernels`` term)
     attention_dispatch_weight: float = 1.0  # the eager attention piece's host time in units of d (MLA: 2)
+    piecewise_cudagraphs: bool = True  # V1 captures piecewise graphs for mixed steps; V0 runs them eagerly
 
     @classmethod
     def build(
@@ -260,6 +262,7 @@ class StepTimeModel:
             # A GPU kernel's fixed cost; on the CPU backend each op's is part of the fitted c₀ instead.
             kernels_per_stage=0 if settings.device == "cpu" else _kernels_per_stage(model, per_stage_layers),
             attention_dispatch_weight=MLA_DISPATCH_WEIGHT if model.uses_mla else 1.0,
+            piecewise_cudagraphs=not profile.v0,
         )
 
     def weight_bytes_touched(self, num_tokens: int) -> float:
@@ -330,7 +333,8 @@ class StepTimeModel:
         """
         decode_only = load.prefill_kv_tokens == 0
         piece = self.coefficients.layer_dispatch_seconds * self.attention_dispatch_weight
-        if self.enforce_eager or load.num_tokens > self.cudagraph_max_batch:
+        eager = self.enforce_eager or load.num_tokens > self.cudagraph_max_batch
+        if eager or (not decode_only and not self.piecewise_cudagraphs):
             per_layer = piece + EAGER_LAUNCH_SECONDS_PER_LAYER
         elif decode_only and self.full_cudagraph_decode:
             return 0.0

@@ -264,3 +264,20 @@ def test_an_mla_attention_piece_costs_twice_the_host_time() -> None:
     assert mla.dispatch_seconds(_decode(1, 100)) == pytest.approx(61 * 2 * 300e-6)
     dense, _ = _model(engine="vllm-0.10")
     assert dense.dispatch_seconds(_decode(1, 100)) == pytest.approx(32 * 300e-6)
+
+
+def test_v0_runs_steps_with_a_prefill_eagerly() -> None:
+    # V0's CUDAGraphRunner covers decode batches only; a prompt step launches every kernel from Python.
+    v0, _ = _model(async_scheduling=False, engine="vllm-0.5")
+    prompt = StepLoad(
+        num_tokens=200,
+        num_requests=1,
+        decode_context_tokens=0,
+        prefill_attention_pairs=200 * 100.0,
+        prefill_kv_tokens=200,
+    )
+    assert v0.dispatch_seconds(prompt) == pytest.approx(32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER))
+    assert v0.dispatch_seconds(_decode(200, 100)) == 0.0
+    assert v0.dispatch_seconds(_decode(300, 100)) == pytest.approx(
+        32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER)
+    )
