@@ -12,6 +12,11 @@ heaviest pipeline stage:
                 η_gemm(T) = η_compute · T / (T + T½) (a saturating curve: cuBLAS tiles are 64–256 rows, so a
                 GEMM with few rows wastes most of each tile); an expert GEMM has only the T·k/touched rows
                 routed to that expert, so MoE layers run at η_gemm of that row count.
+                Weight-only quantised GEMMs (AWQ/GPTQ, fp8 weights without fp8 tensor cores) run on
+                Marlin-style kernels with 16-row tiles, 8× shorter than the 128-row tiles the fitted T½
+                stands for: their curve uses T½ · 16/128, so they stay memory-bound to T ≈ 16. Not the
+                routed experts': quantised fused-MoE kernels pad every expert's few rows to a block
+                (``moe_align_block_size``) and keep the dense curve.
 ``attention``   KV bytes read / (bandwidth × η_bw) + prefill attention FLOPs / (peak × η_attn): decode reads
                 each running request's whole context once per layer (``Σ context × KV bytes per token``;
                 sliding-window and chunked layers only ``min(context, window)``);
@@ -43,10 +48,12 @@ heaviest pipeline stage:
                 ``layer_dispatch_seconds``) for an attention piece that launches 2 kernels (KV-cache write,
                 attention: ``FlashAttentionImpl.forward``) plus the next replay, 2·d for MLA's, which launches
                 5 (cache write, W_UK bmm, attention, W_UV bmm, output copy: ``MLACommonImpl.forward``) plus
-                the replay — d scales with the launches, 3 against 6. Eager mode (``--enforce-eager``, V0
-                steps with a prefill — V0 captured decode batches only — and batches above the capture
-                size) launches every kernel from Python: d + ≈ 14 launches × 4 µs per layer (a
-                Llama layer runs ≈ 14 kernels; ≈ 4 µs CUDA launch latency on H100/A100, PyTorch 2.x). At
+                the replay — d scales with the launches, 3 against 6, so one launch from Python costs d / 3.
+                Plain PyTorch eager (``--enforce-eager``; V0 outside its decode graphs: steps with a prefill,
+                batches above 256) launches every kernel of the layer from Python: kernels per layer × d / 3
+                (the ``kernels`` count below). V1 steps above the capture size still run the compiled
+                pieces, without graphs: d + ≈ 14 launches × 4 µs per layer (≈ 4 µs CUDA launch latency on
+                H100/A100 from Inductor's wrapper; a Llama layer runs ≈ 14 kernels). At
                 batch 1 a model with many layers and few active weights (MoE, MLA) is dispatch-bound.
                 vLLM's CPU backend (``--device cpu``) runs each op on the calling thread: nothing overlaps,
                 so there the 14 × 4 µs per layer are added to the kernel time and d does not apply (its
@@ -84,11 +91,13 @@ class StepCoefficients:
     their GPUs in one host (A100 80GB and H100/H200: Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, DeepSeek-R1 AWQ
     TP8, gpt-oss-120b TP8; vLLM 0.9–0.12; concurrency 1–500), after the host-dispatch (d) and kernel-floor (t_k)
     terms were added. ``make accuracy`` on the 76 cases: median |error| of output_throughput / mean TPOT / mean
-    TTFT 4.2 % / 3.6 % / 22.0 % on those fit cases, 4.0 % / 2.7 % / 22.8 % on the 17 held-back cases of the
-    same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods included) 16.1 % / 25.4 % /
+    TTFT 4.9 % / 3.6 % / 22.0 % on those fit cases, 4.0 % / 2.7 % / 22.8 % on the 17 held-back cases of the
+    same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods included) 16.4 % / 25.4 % /
     39.2 %. η_bw sits at the top of its physical range (0.95), and c₀ and c₁ are barely determined (the loss
     moves < 0.1 % over c₀ 0.26 – 2 ms once t_k is in): read η_bw, c₀ and t_k together. Each value lies inside
-    the physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``).
+    the physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``). The weight-only (Marlin)
+    GEMM curve and the eager launch cost (d / 3 per kernel) came after this fit and were not refitted: a refit
+    moves only η_attn (to 0.26) on the one eager AWQ case with a 16k-token prompt (vllm#20469).
     """
 
     bandwidth_efficiency: float = 0.95  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
@@ -182,6 +191,7 @@ class StepTimeModel:
     kernels_per_stage: int = 0  # kernels the decoder layers of one stage run per step (``kernels`` term)
     attention_dispatch_weight: float = 1.0  # the eager attention piece's host time in units of d (MLA: 2)
     piecewise_cudagraphs: bool = True  # V1 captures piecewise graphs for mixed steps; V0 runs them eagerly
+    weight_only_gemm: bool = False  # 4/8-bit weights with 16-bit activations (Marlin-style kernels)
 
     @classmethod
     def build(
@@ -263,6 +273,7 @@ class StepTimeModel:
             kernels_per_stage=0 if settings.device == "cpu" else _kernels_per_stage(model, per_stage_layers),
             attention_dispatch_weight=MLA_DISPATCH_WEIGHT if model.uses_mla else 1.0,
             piecewise_cudagraphs=not profile.v0,
+            weight_only_gemm=quant in WEIGHT_ONLY_QUANTIZATIONS or (quant in ("fp8", "nvfp4") and not fp8),
         )
 
     def weight_bytes_touched(self, num_tokens: int) -> float:
@@ -279,10 +290,13 @@ class StepTimeModel:
             )
         )
 
-    def _gemm_efficiency(self, rows: float) -> float:
-        """η_gemm(T) = η_compute · T / (T + T½)."""
+    def _gemm_efficiency(self, rows: float, *, experts: bool = False) -> float:
+        """η_gemm(T) = η_compute · T / (T + T½); dense weight-only quantised GEMMs: T½ · 16 / 128."""
         c = self.coefficients
-        return c.compute_efficiency * rows / (rows + c.gemm_half_tokens)
+        half = c.gemm_half_tokens
+        if self.weight_only_gemm and not experts:
+            half *= MARLIN_TILE_ROWS / DENSE_TILE_ROWS
+        return c.compute_efficiency * rows / (rows + half)
 
     def gpu_seconds_parts(self, load: StepLoad) -> tuple[float, float]:
         """(context-independent GPU seconds, seconds per decode context token) of one step.
@@ -306,7 +320,9 @@ class StepTimeModel:
             top_k = model.num_experts_per_tok or 1
             touched = experts * (1 - (1 - top_k / experts) ** tokens)
             rows = tokens * top_k / touched
-            compute += self.expert_flops_per_token * tokens / (peak * self._gemm_efficiency(rows))
+            compute += (
+                self.expert_flops_per_token * tokens / (peak * self._gemm_efficiency(rows, experts=True))
+            )
         linear = max(memory, compute)
         attention = (
             load.prefill_kv_tokens * self.kv_bytes_per_token / bandwidth
@@ -332,15 +348,18 @@ class StepTimeModel:
         with context are left outside the max, which keeps a decode stretch's step time linear in its steps.
         """
         decode_only = load.prefill_kv_tokens == 0
-        piece = self.coefficients.layer_dispatch_seconds * self.attention_dispatch_weight
-        eager = self.enforce_eager or load.num_tokens > self.cudagraph_max_batch
-        if eager or (not decode_only and not self.piecewise_cudagraphs):
-            per_layer = piece + EAGER_LAUNCH_SECONDS_PER_LAYER
-        elif decode_only and self.full_cudagraph_decode:
+        d = self.coefficients.layer_dispatch_seconds
+        above_capture = load.num_tokens > self.cudagraph_max_batch
+        v0 = not self.piecewise_cudagraphs
+        if self.enforce_eager or (v0 and (above_capture or not decode_only)):
+            # Plain PyTorch eager: every kernel is one Python launch, d / 3 each (d covers 3 launches).
+            return self.kernels_per_stage * d / PIECE_LAUNCHES
+        if decode_only and self.full_cudagraph_decode and not above_capture:
             return 0.0
-        else:
-            per_layer = piece
-        return self.layers_per_stage * per_layer
+        piece = d * self.attention_dispatch_weight
+        if above_capture:  # compiled pieces without graphs: their kernels launched by Inductor's wrapper
+            return self.layers_per_stage * (piece + EAGER_LAUNCH_SECONDS_PER_LAYER)
+        return self.layers_per_stage * piece
 
     def seconds_per_windowed_token(self) -> float:
         """Seconds per token of ``decode_windowed_tokens`` (sliding-window layers' KV reads)."""
@@ -369,7 +388,17 @@ DENSE_MLP_KERNELS = 3  # gate-up GEMM, SiLU-and-mul, down GEMM
 MOE_KERNELS = 7  # router GEMM, top-k softmax, align/sort, grouped GEMM, activation, grouped GEMM, combine
 SHARED_EXPERT_KERNELS = 3  # the shared experts' gate-up, activation, down
 # Host launches of one eager attention piece plus the next graph replay: FlashAttention 2 + 1, MLA 5 + 1.
-MLA_DISPATCH_WEIGHT = (5 + 1) / (2 + 1)
+PIECE_LAUNCHES = 2 + 1
+# Weight-only quantisation (16-bit activations): vLLM runs these GEMMs with Marlin kernels (awq_marlin,
+# gptq_marlin, and fp8/fp4 weights on GPUs without those tensor cores), whose small-batch tiles are 16 rows
+# (one m-block); Marlin stays at the memory roofline — "near-optimal ~4× speedups up to batch sizes of
+# 16-32" (IST-DASLab/marlin README) — so the dense curve's tile waste (T½) does not apply to them.
+MARLIN_TILE_ROWS = 16
+DENSE_TILE_ROWS = 128  # the 16-bit GEMMs' tile height the fitted T½ (≈ 127 rows) stands for
+WEIGHT_ONLY_QUANTIZATIONS = frozenset(
+    {"awq", "awq_marlin", "gptq", "gptq_marlin", "marlin", "int4", "gptq-int8"}
+)
+MLA_DISPATCH_WEIGHT = (5 + 1) / PIECE_LAUNCHES
 
 
 def _kernels_per_stage(model: ModelSpec, layers: int) -> int:

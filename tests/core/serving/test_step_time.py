@@ -150,11 +150,25 @@ def test_from_0_11_only_steps_with_a_prefill_chunk_run_piecewise() -> None:
 
 
 def test_enforce_eager_launches_every_kernel_from_python() -> None:
+    # One launch from Python costs d / 3 (d covers the attention piece's 2 launches + 1 replay); eager mode
+    # launches all 32 × 10 kernels that way: 320 × 100 µs = 32 ms against ≈ 7.6 ms of GPU work.
     eager, weights = _model(async_scheduling=False, enforce_eager=True)
-    per_layer = 300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER
-    assert eager.dispatch_seconds(_decode(8, 500)) == pytest.approx(32 * per_layer)
+    assert eager.dispatch_seconds(_decode(8, 500)) == pytest.approx(320 * 300e-6 / 3)
     fixed, _ = eager.gpu_seconds_parts(_decode(8, 500))
-    assert math.isclose(fixed, max(weights / (3.35e12 * 0.8) + FLOOR, 32 * per_layer), rel_tol=1e-9)
+    assert math.isclose(fixed, max(weights / (3.35e12 * 0.8) + FLOOR, 320 * 100e-6), rel_tol=1e-9)
+    assert fixed == pytest.approx(320 * 100e-6)
+
+
+def test_above_the_capture_size_v1_runs_its_compiled_pieces_without_graphs() -> None:
+    model, _ = _model(async_scheduling=False)
+    big = StepLoad(
+        num_tokens=600,
+        num_requests=600,
+        decode_context_tokens=600 * 100,
+        prefill_attention_pairs=0.0,
+        prefill_kv_tokens=0,
+    )
+    assert model.dispatch_seconds(big) == pytest.approx(32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER))
 
 
 def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
@@ -276,8 +290,29 @@ def test_v0_runs_steps_with_a_prefill_eagerly() -> None:
         prefill_attention_pairs=200 * 100.0,
         prefill_kv_tokens=200,
     )
-    assert v0.dispatch_seconds(prompt) == pytest.approx(32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER))
+    # V0 has no torch.compile either: plain PyTorch eager, 32 × 10 kernels at d / 3 each.
+    assert v0.dispatch_seconds(prompt) == pytest.approx(320 * 100e-6)
     assert v0.dispatch_seconds(_decode(200, 100)) == 0.0
-    assert v0.dispatch_seconds(_decode(300, 100)) == pytest.approx(
-        32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER)
-    )
+    assert v0.dispatch_seconds(_decode(300, 100)) == pytest.approx(320 * 100e-6)
+
+
+def test_weight_only_quantised_gemms_stay_memory_bound_at_small_batches() -> None:
+    # Marlin's 16-row tiles: T½ · 16 / 128 = 12.5 rows instead of 100 for the 16-bit GEMMs.
+    bf16, _ = _model(async_scheduling=False)
+    awq, awq_weights = _model(async_scheduling=False, quantization="awq")
+    assert awq.weight_only_gemm and not bf16.weight_only_gemm
+    assert awq._gemm_efficiency(8) == pytest.approx(0.5 * 8 / (8 + 12.5))
+    assert bf16._gemm_efficiency(8) == pytest.approx(0.5 * 8 / (8 + 100))
+    # A batch-8 AWQ decode step is the 4-bit weight read, not a compute floor.
+    fixed, _ = awq.gpu_seconds_parts(_decode(8, 0))
+    compute = (2 * LINEAR_PARAMS * 8 + 8 * LM_HEAD_FLOPS) / (989.5e12 * 0.5 * 8 / 20.5)
+    memory = awq_weights / (3.35e12 * 0.8)
+    assert compute < memory
+    assert math.isclose(fixed, memory + FLOOR, rel_tol=1e-9)
+    # fp8 weights run W8A8 on a GPU with fp8 tensor cores, weight-only (Marlin W8A16) on one without.
+    without, _ = _model(async_scheduling=False, quantization="fp8")
+    assert without.weight_only_gemm
+    hopper = replace(H100, fp8_dense_flops_per_second=1_979_000_000_000_000)
+    p = plan(PlanRequest(model=LLAMA_31_8B, gpu=hopper, max_model_len=8192, quantization="fp8"))
+    w8a8 = StepTimeModel.build(model=LLAMA_31_8B, gpu=hopper, plan=p, coefficients=COEFFS)
+    assert not w8a8.weight_only_gemm
