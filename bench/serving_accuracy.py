@@ -8,7 +8,8 @@ measurement. ``--cases`` prints every case.
 How a case becomes a simulation:
 
 * **Plan.** Catalog model and GPU, TP/PP, dtype, quantisation, KV dtype, ``max_model_len``,
-  ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``enforce_eager`` as given; the
+  ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``enforce_eager`` and
+  ``async_scheduling`` (``--async-scheduling``) as given; the
   engine profile the data names. When the source logged its KV-cache size, the block count is taken from it
   (``num_gpu_blocks_override`` = logged tokens ÷ block size) so the scheduler sees the real pool.
 * **Workload.** ``random`` as given (seed 0). ``sharegpt``: kvcap's ShareGPT V3 length table, rescaled so the
@@ -131,6 +132,7 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
         "max_num_batched_tokens": case.get("max_num_batched_tokens"),
         "gpu_memory_utilization": case.get("gpu_memory_utilization"),
         "enforce_eager": bool(case.get("enforce_eager") or False),
+        "async_scheduling": case.get("async_scheduling"),  # --async-scheduling; null = the release default
     }
     if settings["max_model_len"] is None and bench.get("dataset_name") == "random":
         # The catalog default context may not fit; the benchmark needs prompt + output.

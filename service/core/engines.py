@@ -36,6 +36,8 @@ OLDEST_VERSION = (0, 5)
 V1_DEFAULT_SINCE = (0, 8)  # vllm/envs.py: VLLM_USE_V1 defaults to "1" from 0.8.0 ("0" in 0.7.3)
 V0_REMOVED_SINCE = (0, 11)
 NEWEST_VERSION = (0, 33)
+# vllm/config/compilation.py: cudagraph_mode defaults to FULL_AND_PIECEWISE from 0.11 (PIECEWISE before).
+FULL_CUDAGRAPH_DECODE_SINCE = (0, 11)
 DEFAULT_ENGINE = f"vllm-{NEWEST_VERSION[0]}.{NEWEST_VERSION[1]}"
 PROFILE_NAMES = ("ideal", "vllm-0.10", "vllm-0.11", "vllm-0.20")
 
@@ -104,6 +106,11 @@ class EngineProfile:
     mamba_prefill_checkpoint: bool = False
     # CPU attention kernels take block sizes in multiples of this (32 in 0.32, cpu_attn.py)
     cpu_kernel_block_multiple: int | None = None
+    # A decode-only step replays one CUDA graph of the whole forward: V0's CUDAGraphRunner (decode batches
+    # up to 256) and V1 from 0.11 (cudagraph_mode FULL_AND_PIECEWISE by default). V1 0.8 – 0.10 captured
+    # piecewise graphs only: every attention layer then runs eagerly between two graph replays.
+    full_cudagraph_decode: bool = True
+    cudagraph_max_batch: int = 512  # largest captured batch (V1 max_cudagraph_capture_size; V0 256)
 
     @property
     def label(self) -> str:
@@ -263,6 +270,8 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         cpu_fp32_ssm_state=_v(rules, (0, 32)),
         mamba_prefill_checkpoint=_v(rules, (0, 32)),
         cpu_kernel_block_multiple=32 if _v(rules, (0, 32)) else None,
+        full_cudagraph_decode=v0 or _v(rules, FULL_CUDAGRAPH_DECODE_SINCE),
+        cudagraph_max_batch=256 if v0 else 512,
     )
 
 

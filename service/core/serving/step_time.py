@@ -12,6 +12,11 @@ heaviest pipeline stage:
                 η_gemm(T) = η_compute · T / (T + T½) (a saturating curve: cuBLAS tiles are 64–256 rows, so a
                 GEMM with few rows wastes most of each tile); an expert GEMM has only the T·k/touched rows
                 routed to that expert, so MoE layers run at η_gemm of that row count.
+                Weight-only quantised GEMMs (AWQ/GPTQ, fp8 weights without fp8 tensor cores) run on
+                Marlin-style kernels with 16-row tiles, 8× shorter than the 128-row tiles the fitted T½
+                stands for: their curve uses T½ · 16/128, so they stay memory-bound to T ≈ 16. Not the
+                routed experts': quantised fused-MoE kernels pad every expert's few rows to a block
+                (``moe_align_block_size``) and keep the dense curve.
 ``attention``   KV bytes read / (bandwidth × η_bw) + prefill attention FLOPs / (peak × η_attn): decode reads
                 each running request's whole context once per layer (``Σ context × KV bytes per token``;
                 sliding-window and chunked layers only ``min(context, window)``);
@@ -19,17 +24,45 @@ heaviest pipeline stage:
                 FLOPs per layer (QKᵀ and PV, causal) and reads its c + q tokens of KV.
 ``all-reduce``  TP: 2 per layer (after attention and after the MLP, ``RowParallelLinear``), ring cost
                 2(n−1)/n × T·hidden·bytes over the link plus a latency floor (``throughput`` constants).
+``kernels``     every kernel a decoder layer runs has a fixed cost besides its bytes and FLOPs (block scheduling,
+                ramp-up and tail, the gap between dependent kernels inside a CUDA graph): t_k per kernel
+                (fitted, ``kernel_floor_seconds``) × the kernels of one layer — 2 fused residual+RMSNorm,
+                attention 5 (QKV GEMM, rotary, KV-cache write, attention, O GEMM; MLA 11: q_a, q_a norm,
+                q_b, kv_a, kv norm, rotary, cache write, W_UK bmm, attention, W_UV bmm, O, the absorbed path
+                of ``vllm/model_executor/layers/attention/mla_attention.py`` / V1 ``MLACommonImpl``), a dense
+                MLP 3 (gate-up GEMM, SiLU-and-mul, down GEMM), an MoE layer 7 (router GEMM, top-k softmax,
+                ``moe_align_block_size``, two grouped GEMMs, activation, combine; ``fused_moe.py``) plus 3 for
+                shared experts. Invisible in large steps, it is most of a batch-1 decode step of a model with
+                many layers and few active weights (gpt-oss-120b on 8 × H200 at concurrency 8: 2.7 GB of
+                weights read per GPU per step, 0.6 ms, yet ≈ 4 ms per output token measured).
 ``pipeline``    PP: the stages run one after another for one batch (no micro-batch overlap is modelled), so
                 a step is pp × the heaviest stage plus one activation hand-off per boundary.
-``launch``      CUDA graphs hide kernel launches for batches up to the capture size (512 tokens,
-                ``CompilationConfig.max_cudagraph_capture_size`` default); eager mode (``--enforce-eager``) or
-                larger batches pay ≈ 14 launches × 4 µs per layer (measured launch latency of CUDA kernels on
-                H100/A100 with PyTorch 2.x; a Llama layer runs ≈ 14 kernels).
+``dispatch``    the host issues the forward's kernels while the GPU runs them, so a step's GPU part is
+                max(kernel time above, host dispatch time): the GPU idles only when the host is slower. A
+                decode-only step with a full CUDA graph is one replay (dispatch ≈ 0): V0's
+                ``CUDAGraphRunner`` (batches ≤ 256) and V1 from 0.11 (``cudagraph_mode`` FULL_AND_PIECEWISE,
+                ``vllm/config/compilation.py``; batches ≤ 512 tokens, ``max_cudagraph_capture_size``).
+                Piecewise graphs (V1 0.8 – 0.10 for every step; 0.11+ for steps with a prefill chunk) split
+                the forward at each attention op (``splitting_ops`` = ``vllm.unified_attention*``), which runs
+                eagerly from Python between two graph replays: d per decoder layer (fitted,
+                ``layer_dispatch_seconds``) for an attention piece that launches 2 kernels (KV-cache write,
+                attention: ``FlashAttentionImpl.forward``) plus the next replay, 2·d for MLA's, which launches
+                5 (cache write, W_UK bmm, attention, W_UV bmm, output copy: ``MLACommonImpl.forward``) plus
+                the replay — d scales with the launches, 3 against 6, so one launch from Python costs d / 3.
+                Plain PyTorch eager (``--enforce-eager``; V0 outside its decode graphs: steps with a prefill,
+                batches above 256) launches every kernel of the layer from Python: kernels per layer × d / 3
+                (the ``kernels`` count below). V1 steps above the capture size still run the compiled
+                pieces, without graphs: d + ≈ 14 launches × 4 µs per layer (≈ 4 µs CUDA launch latency on
+                H100/A100 from Inductor's wrapper; a Llama layer runs ≈ 14 kernels). At
+                batch 1 a model with many layers and few active weights (MoE, MLA) is dispatch-bound.
+                vLLM's CPU backend (``--device cpu``) runs each op on the calling thread: nothing overlaps,
+                so there the 14 × 4 µs per layer are added to the kernel time and d does not apply (its
+                per-op cost is part of the CPU replay's fitted c₀).
 ``cpu``         scheduling, sampling, detokenisation and output processing: c₀ + c₁ × requests in the batch.
                 With async scheduling (vLLM 0.15+ default; ``planner`` resolves it) the CPU work of step n+1
                 overlaps the GPU work of step n, so a step takes max(GPU, CPU); otherwise GPU + CPU.
 
-The six fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
+The eight fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
 catalog and the capacity plan (weights per GPU, KV bytes per token).
 """
 
@@ -37,6 +70,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan
 from service.core.specs import GpuSpec, LayerType, ModelSpec
@@ -52,23 +86,28 @@ DEFAULT_LINK_BYTES_PER_SECOND = 64 * 10**9  # PCIe 5 ×16 when the catalog has n
 class StepCoefficients:
     """The few fitted numbers of the step-time model.
 
-    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``) on the 14 *fit* cases of
-    ``tests/data/serving-benchmarks.json`` that were then V1 engines with their GPUs in one host (A100 80GB,
-    Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, vLLM 0.9–0.10, concurrency 1–500). A refit after the data grew to
-    71 cases (18 such fit cases, adding H100 Qwen3-30B-A3B and DeepSeek-R1 TP8) moved only c₁ and the loss by
-    < 0.1 %, so these values stay. ``make accuracy`` on the 71 cases: median |error| of output_throughput /
-    mean TPOT / mean TTFT 4.4 % / 5.2 % / 29.2 % on those fit cases, 3.6 % / 5.6 % / 22.5 % on the 17
-    held-back cases of the same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods
-    included) 22.7 % / 36.5 % / 32.1 %. Each value lies inside the physical range the fit allows
-    (``bench/fit_step_coefficients.py::BOUNDS``).
+    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``, passes each starting from the
+    values before it) on the 19 *fit* cases of ``tests/data/serving-benchmarks.json`` that are V1 engines with
+    their GPUs in one host (A100 80GB and H100/H200: Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, DeepSeek-R1 AWQ
+    TP8, gpt-oss-120b TP8; vLLM 0.9–0.12; concurrency 1–500), after the host-dispatch (d) and kernel-floor (t_k)
+    terms were added. ``make accuracy`` on the 76 cases: median |error| of output_throughput / mean TPOT / mean
+    TTFT 4.9 % / 3.6 % / 22.0 % on those fit cases, 4.0 % / 2.7 % / 22.8 % on the 17 held-back cases of the
+    same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods included) 16.4 % / 25.4 % /
+    39.2 %. η_bw sits at the top of its physical range (0.95), and c₀ and c₁ are barely determined (the loss
+    moves < 0.1 % over c₀ 0.26 – 2 ms once t_k is in): read η_bw, c₀ and t_k together. Each value lies inside
+    the physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``). The weight-only (Marlin)
+    GEMM curve and the eager launch cost (d / 3 per kernel) came after this fit and were not refitted: a refit
+    moves only η_attn (to 0.26) on the one eager AWQ case with a 16k-token prompt (vllm#20469).
     """
 
-    bandwidth_efficiency: float = 0.84  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
-    compute_efficiency: float = 0.60  # η_compute: fraction of dense peak a large GEMM reaches
-    gemm_half_tokens: float = 91.4  # T½: rows at which a GEMM reaches half of η_compute
-    attention_efficiency: float = 0.35  # η_attn: fraction of dense peak prefill attention reaches
-    step_overhead_seconds: float = 0.00306  # c₀: CPU time per step (schedule, prepare inputs, launch, sample)
-    per_request_seconds: float = 3.3e-6  # c₁: CPU time per request in the batch (bookkeeping, output)
+    bandwidth_efficiency: float = 0.95  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
+    compute_efficiency: float = 0.63  # η_compute: fraction of dense peak a large GEMM reaches
+    gemm_half_tokens: float = 126.7  # T½: rows at which a GEMM reaches half of η_compute
+    attention_efficiency: float = 0.367  # η_attn: fraction of dense peak prefill attention reaches
+    step_overhead_seconds: float = 0.00079  # c₀: CPU time per step (schedule, prepare inputs, sample)
+    per_request_seconds: float = 8.5e-7  # c₁: CPU time per request in the batch (bookkeeping, output)
+    layer_dispatch_seconds: float = 125e-6  # d: host time per decoder layer under piecewise CUDA graphs
+    kernel_floor_seconds: float = 4.2e-6  # t_k: fixed GPU time of one kernel of a decoder layer
     # Not fitted here: a per-deployment multiplier of every step's time (GPU and CPU), fitted by the live
     # pipeline from one deployment's observed latencies (observed ÷ simulated TPOT). 1.0 = the model as is.
     time_scale: float = 1.0
@@ -80,7 +119,13 @@ class StepCoefficients:
                 raise InvalidSpec(f"must be in (0, 1], got {value}", field=f"coefficients.{name}")
         if not self.time_scale > 0:
             raise InvalidSpec(f"must be > 0, got {self.time_scale}", field="coefficients.time_scale")
-        for name in ("gemm_half_tokens", "step_overhead_seconds", "per_request_seconds"):
+        for name in (
+            "gemm_half_tokens",
+            "step_overhead_seconds",
+            "per_request_seconds",
+            "layer_dispatch_seconds",
+            "kernel_floor_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise InvalidSpec("must not be negative", field=f"coefficients.{name}")
 
@@ -92,6 +137,8 @@ class StepCoefficients:
             "attention_efficiency": self.attention_efficiency,
             "step_overhead_seconds": self.step_overhead_seconds,
             "per_request_seconds": self.per_request_seconds,
+            "layer_dispatch_seconds": self.layer_dispatch_seconds,
+            "kernel_floor_seconds": self.kernel_floor_seconds,
             "time_scale": self.time_scale,
         }
 
@@ -138,12 +185,20 @@ class StepTimeModel:
     pipeline_parallel_size: int
     enforce_eager: bool
     async_scheduling: bool
+    full_cudagraph_decode: bool = True  # decode-only steps replay one full CUDA graph (engine profile)
+    cudagraph_max_batch: int = CUDA_GRAPH_MAX_TOKENS  # largest captured batch (tokens)
+    host_synchronous: bool = False  # the CPU backend: ops run on the host thread, no dispatch overlap
+    kernels_per_stage: int = 0  # kernels the decoder layers of one stage run per step (``kernels`` term)
+    attention_dispatch_weight: float = 1.0  # the eager attention piece's host time in units of d (MLA: 2)
+    piecewise_cudagraphs: bool = True  # V1 captures piecewise graphs for mixed steps; V0 runs them eagerly
+    weight_only_gemm: bool = False  # 4/8-bit weights with 16-bit activations (Marlin-style kernels)
 
     @classmethod
     def build(
         cls, *, model: ModelSpec, gpu: GpuSpec, plan: CapacityPlan, coefficients: StepCoefficients
     ) -> StepTimeModel:
         settings = plan.settings
+        profile = resolve_engine(settings.engine)
         if not gpu.memory_bandwidth_bytes_per_second:
             raise InvalidSpec(f"GPU {gpu.name} has no memory bandwidth figure; cannot simulate", field="gpu")
         quant = settings.quantization
@@ -211,6 +266,14 @@ class StepTimeModel:
             pipeline_parallel_size=pp,
             enforce_eager=settings.enforce_eager,
             async_scheduling=settings.async_scheduling,
+            full_cudagraph_decode=profile.full_cudagraph_decode,
+            cudagraph_max_batch=profile.cudagraph_max_batch,
+            host_synchronous=settings.device == "cpu",
+            # A GPU kernel's fixed cost; on the CPU backend each op's is part of the fitted c₀ instead.
+            kernels_per_stage=0 if settings.device == "cpu" else _kernels_per_stage(model, per_stage_layers),
+            attention_dispatch_weight=MLA_DISPATCH_WEIGHT if model.uses_mla else 1.0,
+            piecewise_cudagraphs=not profile.v0,
+            weight_only_gemm=quant in WEIGHT_ONLY_QUANTIZATIONS or (quant in ("fp8", "nvfp4") and not fp8),
         )
 
     def weight_bytes_touched(self, num_tokens: int) -> float:
@@ -227,10 +290,13 @@ class StepTimeModel:
             )
         )
 
-    def _gemm_efficiency(self, rows: float) -> float:
-        """η_gemm(T) = η_compute · T / (T + T½)."""
+    def _gemm_efficiency(self, rows: float, *, experts: bool = False) -> float:
+        """η_gemm(T) = η_compute · T / (T + T½); dense weight-only quantised GEMMs: T½ · 16 / 128."""
         c = self.coefficients
-        return c.compute_efficiency * rows / (rows + c.gemm_half_tokens)
+        half = c.gemm_half_tokens
+        if self.weight_only_gemm and not experts:
+            half *= MARLIN_TILE_ROWS / DENSE_TILE_ROWS
+        return c.compute_efficiency * rows / (rows + half)
 
     def gpu_seconds_parts(self, load: StepLoad) -> tuple[float, float]:
         """(context-independent GPU seconds, seconds per decode context token) of one step.
@@ -254,7 +320,9 @@ class StepTimeModel:
             top_k = model.num_experts_per_tok or 1
             touched = experts * (1 - (1 - top_k / experts) ** tokens)
             rows = tokens * top_k / touched
-            compute += self.expert_flops_per_token * tokens / (peak * self._gemm_efficiency(rows))
+            compute += (
+                self.expert_flops_per_token * tokens / (peak * self._gemm_efficiency(rows, experts=True))
+            )
         linear = max(memory, compute)
         attention = (
             load.prefill_kv_tokens * self.kv_bytes_per_token / bandwidth
@@ -263,15 +331,35 @@ class StepTimeModel:
             / (self.peak_flops_per_second * c.attention_efficiency)
         )
         comm = self.allreduce_fixed_seconds + self.allreduce_seconds_per_token * tokens
-        launch = (
-            self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
-            if self.enforce_eager or tokens > CUDA_GRAPH_MAX_TOKENS
-            else 0.0
-        )
+        kernels = linear + attention + comm + self.kernels_per_stage * c.kernel_floor_seconds
         pp = self.pipeline_parallel_size
-        fixed = pp * (linear + attention + comm + launch) + (pp - 1) * PIPELINE_HANDOFF_SECONDS
+        if self.host_synchronous:
+            stage = kernels + self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
+        else:
+            stage = max(kernels, self.dispatch_seconds(load))
+        fixed = pp * stage + (pp - 1) * PIPELINE_HANDOFF_SECONDS
         per_context_token = pp * (self.kv_bytes_per_token - self.windowed_kv_bytes_per_token) / bandwidth
         return fixed * c.time_scale, per_context_token * c.time_scale
+
+    def dispatch_seconds(self, load: StepLoad) -> float:
+        """Host time to issue one stage's forward (see the module docstring's ``dispatch``).
+
+        Compared with the stage's context-independent kernel time only: the decode attention reads that grow
+        with context are left outside the max, which keeps a decode stretch's step time linear in its steps.
+        """
+        decode_only = load.prefill_kv_tokens == 0
+        d = self.coefficients.layer_dispatch_seconds
+        above_capture = load.num_tokens > self.cudagraph_max_batch
+        v0 = not self.piecewise_cudagraphs
+        if self.enforce_eager or (v0 and (above_capture or not decode_only)):
+            # Plain PyTorch eager: every kernel is one Python launch, d / 3 each (d covers 3 launches).
+            return self.kernels_per_stage * d / PIECE_LAUNCHES
+        if decode_only and self.full_cudagraph_decode and not above_capture:
+            return 0.0
+        piece = d * self.attention_dispatch_weight
+        if above_capture:  # compiled pieces without graphs: their kernels launched by Inductor's wrapper
+            return self.layers_per_stage * (piece + EAGER_LAUNCH_SECONDS_PER_LAYER)
+        return self.layers_per_stage * piece
 
     def seconds_per_windowed_token(self) -> float:
         """Seconds per token of ``decode_windowed_tokens`` (sliding-window layers' KV reads)."""
@@ -291,6 +379,39 @@ class StepTimeModel:
             gpu += self.seconds_per_windowed_token() * load.decode_windowed_tokens
         cpu = self.cpu_seconds(load.num_requests)
         return max(gpu, cpu) if self.async_scheduling else gpu + cpu
+
+
+NORM_KERNELS = 2  # fused residual-add + RMSNorm before attention and before the MLP
+ATTENTION_KERNELS = 5  # QKV GEMM, rotary embedding, KV-cache write, attention, O GEMM
+MLA_ATTENTION_KERNELS = 11  # q_a, q_a norm, q_b, kv_a, kv norm, rotary, cache write, W_UK, attention, W_UV, O
+DENSE_MLP_KERNELS = 3  # gate-up GEMM, SiLU-and-mul, down GEMM
+MOE_KERNELS = 7  # router GEMM, top-k softmax, align/sort, grouped GEMM, activation, grouped GEMM, combine
+SHARED_EXPERT_KERNELS = 3  # the shared experts' gate-up, activation, down
+# Host launches of one eager attention piece plus the next graph replay: FlashAttention 2 + 1, MLA 5 + 1.
+PIECE_LAUNCHES = 2 + 1
+# Weight-only quantisation (16-bit activations): vLLM runs these GEMMs with Marlin kernels (awq_marlin,
+# gptq_marlin, and fp8/fp4 weights on GPUs without those tensor cores), whose small-batch tiles are 16 rows
+# (one m-block); Marlin stays at the memory roofline — "near-optimal ~4× speedups up to batch sizes of
+# 16-32" (IST-DASLab/marlin README) — so the dense curve's tile waste (T½) does not apply to them.
+MARLIN_TILE_ROWS = 16
+DENSE_TILE_ROWS = 128  # the 16-bit GEMMs' tile height the fitted T½ (≈ 127 rows) stands for
+WEIGHT_ONLY_QUANTIZATIONS = frozenset(
+    {"awq", "awq_marlin", "gptq", "gptq_marlin", "marlin", "int4", "gptq-int8"}
+)
+MLA_DISPATCH_WEIGHT = (5 + 1) / PIECE_LAUNCHES
+
+
+def _kernels_per_stage(model: ModelSpec, layers: int) -> int:
+    """Kernels one pipeline stage's decoder layers launch per step (``kernels`` term of the module docstring)."""
+    attention = MLA_ATTENTION_KERNELS if model.uses_mla else ATTENTION_KERNELS
+    dense_mlp = NORM_KERNELS + attention + DENSE_MLP_KERNELS
+    if not (model.is_moe and model.num_experts_per_tok):
+        return layers * dense_mlp
+    moe = NORM_KERNELS + attention + MOE_KERNELS
+    if model.num_shared_experts:
+        moe += SHARED_EXPERT_KERNELS
+    dense_layers = min(layers, model.first_k_dense_replace or 0)
+    return dense_layers * dense_mlp + (layers - dense_layers) * moe
 
 
 def _windowed_kv(model: ModelSpec, plan: CapacityPlan) -> tuple[int, int]:

@@ -36,7 +36,11 @@ COEFFS = StepCoefficients(
     attention_efficiency=0.4,
     step_overhead_seconds=0.002,
     per_request_seconds=10e-6,
+    layer_dispatch_seconds=300e-6,
+    kernel_floor_seconds=5e-6,
 )
+# Llama-3.1-8B's 32 layers × 10 kernels (2 norms, 5 attention, 3 MLP) × 5 µs of fixed cost each.
+FLOOR = 32 * 10 * 5e-6
 # Llama-3.1-8B: 8,030,261,248 parameters, of which embedding and LM head are 2 × 128,256 × 4,096.
 LINEAR_PARAMS = 8_030_261_248 - 2 * 128_256 * 4_096
 LM_HEAD_FLOPS = 2 * 4_096 * 128_256
@@ -77,13 +81,13 @@ def test_batch_one_decode_is_the_weight_read_plus_the_kv_read() -> None:
     assert compute < memory
     kv = 1000 * KV_BYTES_PER_TOKEN / bandwidth
     cpu = 0.002 + 10e-6
-    assert math.isclose(model.step_seconds(_decode(1, 1000)), memory + kv + cpu, rel_tol=1e-9)
+    assert math.isclose(model.step_seconds(_decode(1, 1000)), memory + kv + FLOOR + cpu, rel_tol=1e-9)
 
 
 def test_async_scheduling_overlaps_cpu_with_the_gpu() -> None:
     sync, weights = _model(async_scheduling=False)
     overlapped, _ = _model(async_scheduling=True)
-    gpu = weights / (3.35e12 * 0.8) + 1000 * KV_BYTES_PER_TOKEN / (3.35e12 * 0.8)
+    gpu = weights / (3.35e12 * 0.8) + 1000 * KV_BYTES_PER_TOKEN / (3.35e12 * 0.8) + FLOOR
     assert math.isclose(overlapped.step_seconds(_decode(1, 1000)), max(gpu, 0.002 + 10e-6), rel_tol=1e-9)
     assert sync.step_seconds(_decode(1, 1000)) > overlapped.step_seconds(_decode(1, 1000))
 
@@ -103,16 +107,68 @@ def test_a_large_prefill_is_compute_bound_with_causal_attention_flops() -> None:
     assert linear > weights / (3.35e12 * 0.8)  # compute-bound
     # 4 × heads × head_dim FLOPs per (query, key) pair per layer, 32 layers, q²/2 causal pairs.
     attention = 4 * 32 * 128 * 32 * (q * q / 2) / (989.5e12 * 0.4) + q * KV_BYTES_PER_TOKEN / (3.35e12 * 0.8)
-    eager_launch = 32 * EAGER_LAUNCH_SECONDS_PER_LAYER  # 4,096 tokens exceed the CUDA-graph capture size
-    expected = linear + attention + eager_launch + 0.002 + 10e-6
+    # 4,096 tokens exceed the CUDA-graph capture size, so every kernel is launched from Python — but the
+    # host's 32 × (300 µs + 14 × 4 µs) ≈ 11 ms is far below the GPU's ≈ 130 ms, and only the slower one counts.
+    dispatch = 32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER)
+    assert dispatch < linear + attention
+    expected = linear + attention + FLOOR + 0.002 + 10e-6
     assert math.isclose(model.step_seconds(load), expected, rel_tol=1e-9)
 
 
-def test_enforce_eager_adds_launch_latency_per_layer() -> None:
-    graphs, _ = _model(async_scheduling=False)
-    eager, _ = _model(async_scheduling=False, enforce_eager=True)
-    delta = eager.step_seconds(_decode(8, 500)) - graphs.step_seconds(_decode(8, 500))
-    assert math.isclose(delta, 32 * EAGER_LAUNCH_SECONDS_PER_LAYER, rel_tol=1e-9)
+def test_a_full_cuda_graph_decode_has_no_dispatch_floor() -> None:
+    model, weights = _model(async_scheduling=False)  # the newest release: FULL_AND_PIECEWISE graphs
+    fixed, _ = model.gpu_seconds_parts(_decode(1, 0))
+    assert math.isclose(fixed, weights / (3.35e12 * 0.8) + FLOOR, rel_tol=1e-9)
+
+
+def test_piecewise_graphs_make_a_small_decode_step_dispatch_bound() -> None:
+    # V1 0.10: piecewise CUDA graphs, one eager attention call per layer: 32 × 300 µs = 9.6 ms on the host
+    # against 16 GB / 2.68 TB/s ≈ 6 ms of weight reads (+ 1.6 ms of kernel floor) on the GPU — the host is
+    # the bottleneck.
+    model, weights = _model(async_scheduling=False, engine="vllm-0.10")
+    memory = weights / (3.35e12 * 0.8)
+    assert memory + FLOOR < 32 * 300e-6
+    fixed, per_context = model.gpu_seconds_parts(_decode(1, 0))
+    assert math.isclose(fixed, 32 * 300e-6, rel_tol=1e-9)
+    # A large batch is GPU-bound again: the dispatch floor no longer shows.
+    big, _ = model.gpu_seconds_parts(_decode(256, 0))
+    assert big > 32 * 300e-6
+    assert per_context == pytest.approx(KV_BYTES_PER_TOKEN / (3.35e12 * 0.8))
+
+
+def test_from_0_11_only_steps_with_a_prefill_chunk_run_piecewise() -> None:
+    model, _ = _model(async_scheduling=False)
+    chunk = StepLoad(
+        num_tokens=17,
+        num_requests=2,
+        decode_context_tokens=100,
+        prefill_attention_pairs=16 * 8.0,
+        prefill_kv_tokens=16,
+    )
+    assert model.dispatch_seconds(chunk) == pytest.approx(32 * 300e-6)
+    assert model.dispatch_seconds(_decode(17, 100)) == 0.0
+
+
+def test_enforce_eager_launches_every_kernel_from_python() -> None:
+    # One launch from Python costs d / 3 (d covers the attention piece's 2 launches + 1 replay); eager mode
+    # launches all 32 × 10 kernels that way: 320 × 100 µs = 32 ms against ≈ 7.6 ms of GPU work.
+    eager, weights = _model(async_scheduling=False, enforce_eager=True)
+    assert eager.dispatch_seconds(_decode(8, 500)) == pytest.approx(320 * 300e-6 / 3)
+    fixed, _ = eager.gpu_seconds_parts(_decode(8, 500))
+    assert math.isclose(fixed, max(weights / (3.35e12 * 0.8) + FLOOR, 320 * 100e-6), rel_tol=1e-9)
+    assert fixed == pytest.approx(320 * 100e-6)
+
+
+def test_above_the_capture_size_v1_runs_its_compiled_pieces_without_graphs() -> None:
+    model, _ = _model(async_scheduling=False)
+    big = StepLoad(
+        num_tokens=600,
+        num_requests=600,
+        decode_context_tokens=600 * 100,
+        prefill_attention_pairs=0.0,
+        prefill_kv_tokens=0,
+    )
+    assert model.dispatch_seconds(big) == pytest.approx(32 * (300e-6 + EAGER_LAUNCH_SECONDS_PER_LAYER))
 
 
 def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
@@ -125,7 +181,7 @@ def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
     fixed1, _ = tp1.gpu_seconds_parts(_decode(batch, 0))
     # TP 2 halves the weights per GPU (memory-bound at 64 tokens) and adds 64 all-reduces.
     memory2 = tp2.weight_bytes / (3.35e12 * 0.8)
-    assert math.isclose(fixed, memory2 + 2 * 32 * per_call, rel_tol=1e-9)
+    assert math.isclose(fixed, memory2 + 2 * 32 * per_call + FLOOR, rel_tol=1e-9)
     assert fixed < fixed1
 
 
@@ -162,3 +218,101 @@ def test_time_scale_multiplies_every_term() -> None:
     model, _ = _model(async_scheduling=False)
     scaled = replace(model, coefficients=replace(COEFFS, time_scale=2.0))
     assert math.isclose(scaled.step_seconds(_decode(4, 100)), 2 * model.step_seconds(_decode(4, 100)))
+
+
+def test_which_releases_replay_a_full_decode_graph() -> None:
+    from service.core.engines import resolve_engine
+
+    # V1 0.8 – 0.10: piecewise only; FULL_AND_PIECEWISE is the default from 0.11; V0 captured whole decode
+    # batches up to 256 (CUDAGraphRunner).
+    assert not resolve_engine("vllm-0.9-v1").full_cudagraph_decode
+    assert not resolve_engine("vllm-0.10").full_cudagraph_decode
+    assert resolve_engine("vllm-0.11").full_cudagraph_decode
+    v0 = resolve_engine("vllm-0.5")
+    assert v0.full_cudagraph_decode and v0.cudagraph_max_batch == 256
+    assert resolve_engine("vllm-0.33").cudagraph_max_batch == 512
+
+
+def test_the_kernel_floor_counts_each_layers_kernels() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    catalog = builtin_snapshot()
+    dense, _ = _model()
+    assert dense.kernels_per_stage == 32 * (2 + 5 + 3)
+    mixtral = catalog.find_model("mixtral-8x7b")
+    assert mixtral is not None and not mixtral.spec.num_shared_experts
+    p = plan(PlanRequest(model=mixtral.spec, gpu=H100, tensor_parallel_size=2, max_model_len=4096))
+    moe = StepTimeModel.build(model=mixtral.spec, gpu=H100, plan=p, coefficients=COEFFS)
+    assert moe.kernels_per_stage == 32 * (2 + 5 + 7)  # norms, attention, router … combine
+    # Pipeline stages each count their own layers.
+    p2 = plan(PlanRequest(model=LLAMA_31_8B, gpu=H100, pipeline_parallel_size=2, max_model_len=8192))
+    staged = StepTimeModel.build(model=LLAMA_31_8B, gpu=H100, plan=p2, coefficients=COEFFS)
+    assert staged.kernels_per_stage == 16 * 10
+
+
+def test_an_mla_moe_layer_runs_more_kernels() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    entry = builtin_snapshot().find_model("deepseek-r1")
+    assert entry is not None
+    spec = entry.spec
+    assert spec.uses_mla and spec.num_shared_experts and spec.first_k_dense_replace == 3
+    h200 = replace(H100, name="h200", memory_bytes=int(139.8 * GIB))
+    p = plan(PlanRequest(model=spec, gpu=h200, tensor_parallel_size=8, max_model_len=8192))
+    model = StepTimeModel.build(model=spec, gpu=h200, plan=p, coefficients=COEFFS)
+    # 3 dense layers (2 + 11 + 3) and 58 MoE layers with a shared expert (2 + 11 + 7 + 3).
+    assert model.kernels_per_stage == 3 * 16 + 58 * 23
+
+
+def test_an_mla_attention_piece_costs_twice_the_host_time() -> None:
+    from service.catalog.builtin import builtin_snapshot
+
+    # MLACommonImpl.forward launches 5 kernels + the next graph replay, FlashAttention 2 + 1: 6 against 3.
+    entry = builtin_snapshot().find_model("deepseek-r1")
+    assert entry is not None
+    h200 = replace(H100, name="h200", memory_bytes=int(139.8 * GIB))
+    request = PlanRequest(
+        model=entry.spec, gpu=h200, tensor_parallel_size=8, max_model_len=8192, engine="vllm-0.10"
+    )
+    mla = StepTimeModel.build(model=entry.spec, gpu=h200, plan=plan(request), coefficients=COEFFS)
+    assert mla.dispatch_seconds(_decode(1, 100)) == pytest.approx(61 * 2 * 300e-6)
+    dense, _ = _model(engine="vllm-0.10")
+    assert dense.dispatch_seconds(_decode(1, 100)) == pytest.approx(32 * 300e-6)
+
+
+def test_v0_runs_steps_with_a_prefill_eagerly() -> None:
+    # V0's CUDAGraphRunner covers decode batches only; a prompt step launches every kernel from Python.
+    v0, _ = _model(async_scheduling=False, engine="vllm-0.5")
+    prompt = StepLoad(
+        num_tokens=200,
+        num_requests=1,
+        decode_context_tokens=0,
+        prefill_attention_pairs=200 * 100.0,
+        prefill_kv_tokens=200,
+    )
+    # V0 has no torch.compile either: plain PyTorch eager, 32 × 10 kernels at d / 3 each.
+    assert v0.dispatch_seconds(prompt) == pytest.approx(320 * 100e-6)
+    assert v0.dispatch_seconds(_decode(200, 100)) == 0.0
+    assert v0.dispatch_seconds(_decode(300, 100)) == pytest.approx(320 * 100e-6)
+
+
+def test_weight_only_quantised_gemms_stay_memory_bound_at_small_batches() -> None:
+    # Marlin's 16-row tiles: T½ · 16 / 128 = 12.5 rows instead of 100 for the 16-bit GEMMs.
+    bf16, _ = _model(async_scheduling=False)
+    awq, awq_weights = _model(async_scheduling=False, quantization="awq")
+    assert awq.weight_only_gemm and not bf16.weight_only_gemm
+    assert awq._gemm_efficiency(8) == pytest.approx(0.5 * 8 / (8 + 12.5))
+    assert bf16._gemm_efficiency(8) == pytest.approx(0.5 * 8 / (8 + 100))
+    # A batch-8 AWQ decode step is the 4-bit weight read, not a compute floor.
+    fixed, _ = awq.gpu_seconds_parts(_decode(8, 0))
+    compute = (2 * LINEAR_PARAMS * 8 + 8 * LM_HEAD_FLOPS) / (989.5e12 * 0.5 * 8 / 20.5)
+    memory = awq_weights / (3.35e12 * 0.8)
+    assert compute < memory
+    assert math.isclose(fixed, memory + FLOOR, rel_tol=1e-9)
+    # fp8 weights run W8A8 on a GPU with fp8 tensor cores, weight-only (Marlin W8A16) on one without.
+    without, _ = _model(async_scheduling=False, quantization="fp8")
+    assert without.weight_only_gemm
+    hopper = replace(H100, fp8_dense_flops_per_second=1_979_000_000_000_000)
+    p = plan(PlanRequest(model=LLAMA_31_8B, gpu=hopper, max_model_len=8192, quantization="fp8"))
+    w8a8 = StepTimeModel.build(model=LLAMA_31_8B, gpu=hopper, plan=p, coefficients=COEFFS)
+    assert not w8a8.weight_only_gemm
