@@ -552,6 +552,8 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
             num_shared_experts=n_shared,
             first_k_dense_replace=first_dense or None,
             num_kv_shared_layers=r.int_("num_kv_shared_layers", minimum=0) or 0,
+            num_nextn_predict_layers=r.int_("num_nextn_predict_layers", "mtp_num_hidden_layers", minimum=0)
+            or 0,
             state=state,
             quantization=_quantization(r),
             tie_word_embeddings=tie,

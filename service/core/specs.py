@@ -133,6 +133,9 @@ class ModelSpec:
     first_k_dense_replace: int | None = None
     num_active_parameters: int | None = None
     num_kv_shared_layers: int = 0
+    num_nextn_predict_layers: int = (
+        0  # MTP layers shipped for speculative decoding (DeepSeek-V3, Qwen3-Next …)
+    )
     state: StateSpec | None = None
     quantization: str | None = None  # the checkpoint's native quantisation (fp8, mxfp4, awq …)
     tie_word_embeddings: bool = False
@@ -176,6 +179,7 @@ class ModelSpec:
             {
                 "first_k_dense_replace": (self.first_k_dense_replace, b.MAX_LAYERS),
                 "num_kv_shared_layers": (self.num_kv_shared_layers, b.MAX_LAYERS),
+                "num_nextn_predict_layers": (self.num_nextn_predict_layers, b.MAX_LAYERS),
             },
             minimum=0,
         )

@@ -138,6 +138,7 @@ class WeightShare:
     lm_head_bytes: int
     linear_bytes: int
     replicated_bytes: int
+    expert_bytes: int = 0  # the MoE experts' part of ``linear_bytes`` (data/expert parallelism re-splits it)
 
     @property
     def total_bytes(self) -> int:
@@ -230,9 +231,9 @@ def weight_shares(
         # Tied embeddings share one tensor on a single stage; the last stage keeps its own copy under PP.
         needs_head = not model.tie_word_embeddings or pipeline_parallel_size > 1
         lm_head = padded_vocab * hidden * elem // tp if stage == last and needs_head else 0
-        linear = linear_bytes(
-            linear_params * fraction / tp + kv_replica_params * fraction, expert_params * fraction / tp
-        )
+        stage_experts = expert_params * fraction / tp
+        linear = linear_bytes(linear_params * fraction / tp + kv_replica_params * fraction, stage_experts)
+        experts = linear_bytes(stage_experts, stage_experts) if stage_experts else 0.0
         replicated = (router_params + 2 * hidden * layers) * fraction * elem + (
             hidden * elem if stage == last else 0
         )
@@ -244,6 +245,7 @@ def weight_shares(
                 lm_head_bytes=int(lm_head),
                 linear_bytes=int(linear),
                 replicated_bytes=int(replicated),
+                expert_bytes=int(experts),
             )
         )
     return tuple(shares)

@@ -52,8 +52,13 @@ class MemoryBudget(NamedTuple):
     stages: tuple[StageMemory, ...]
 
 
-def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> MemoryBudget:
-    """Stage 3: the budget and, per pipeline stage, the overheads charged before the KV cache."""
+def memory_budget(
+    settings: Settings, shares: tuple[WeightShare, ...], weight_delta: tuple[int, ...] | None = None
+) -> MemoryBudget:
+    """Stage 3: the budget and, per pipeline stage, the overheads charged before the KV cache.
+
+    ``weight_delta`` is what the serving features add to (LoRA buffers, draft weights) or take from (CPU
+    offload, experts over DP) each stage's weights (``features.feature_costs``)."""
     engine, gpu = settings.engine, settings.gpu
     total = gpu.memory_bytes if gpu else 0
     util = settings.gpu_memory_utilization
@@ -64,6 +69,7 @@ def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> Memory
     )
     stages: list[StageMemory] = []
     for share in shares:
+        weights = share.total_bytes + (weight_delta[share.stage] if weight_delta else 0)
         overheads = estimate_overheads(
             settings.model,
             engine=engine,
@@ -83,7 +89,7 @@ def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> Memory
         if settings.kv_cache_memory_bytes is not None:
             available = low = high = settings.kv_cache_memory_bytes
         else:
-            free = budget - share.total_bytes
+            free = budget - weights
             available = int(free - overheads.total_bytes)
             low = int(free - overheads.high_bytes)
             high = int(free - overheads.low_bytes)
@@ -91,7 +97,7 @@ def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> Memory
             StageMemory(
                 stage=share.stage,
                 layers=share.layers,
-                weights_bytes=share.total_bytes,
+                weights_bytes=weights,
                 overheads=overheads,
                 available_bytes=available,
                 available_low_bytes=low,

@@ -6,6 +6,7 @@ import operator
 from dataclasses import dataclass, fields
 
 from service.core.overheads import DEFAULT_COEFFICIENTS, OverheadCoefficients
+from service.core.planner.features import ServingFeatures
 from service.core.specs import GpuSpec, ModelSpec
 
 DEVICES = ("cuda", "rocm", "cpu")
@@ -38,6 +39,7 @@ class PlanRequest:
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS
+    features: ServingFeatures | None = None  # speculative decoding, LoRA, offloading, DP/EP, prefix sharing
     suggest: bool = True
     detail: bool = (
         True  # False: verdict and numbers only (sweeps): no breakdown, no length search when it fits
