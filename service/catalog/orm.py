@@ -77,6 +77,9 @@ class ModelEntry(VersionedMixin, Base):
     num_shared_experts: Mapped[int | None] = mapped_column(Integer)
     first_k_dense_replace: Mapped[int | None] = mapped_column(Integer)
     num_kv_shared_layers: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    num_nextn_predict_layers: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default="0"
+    )
     state: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     quantization: Mapped[str | None] = mapped_column(String(32))
     tie_word_embeddings: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)

@@ -213,6 +213,9 @@ class ModelArchitecture(Schema):
     num_shared_experts: Experts | None = None
     first_k_dense_replace: LayerIndex | None = None
     num_kv_shared_layers: LayerIndex = 0
+    num_nextn_predict_layers: LayerIndex = Field(
+        default=0, description="MTP layers for speculative decoding (config num_nextn_predict_layers)"
+    )
     state: StateFields | None = None
     quantization: QuantizationName | None = Field(
         default=None, description="the checkpoint's native quantization"
@@ -272,6 +275,7 @@ class ModelUpdate(Schema):
     num_shared_experts: Experts | None = None
     first_k_dense_replace: LayerIndex | None = None
     num_kv_shared_layers: LayerIndex | None = None
+    num_nextn_predict_layers: LayerIndex | None = None
     state: StateFields | None = None
     quantization: QuantizationName | None = None
     tie_word_embeddings: bool | None = None

@@ -56,7 +56,7 @@ from service.core.kv_cache import SpecCounts, layer_spec_counts
 from service.core.planner.results import FeaturesResult, Message, Term, gib
 from service.core.specs import ModelSpec
 from service.core.units import GIB, cdiv, fmt_int
-from service.core.weights import weight_shares
+from service.core.weights import QuantScheme, resolve_quantization, weight_shares
 
 # vllm/config/lora.py: ``max_lora_rank`` must be one of these (``possible_max_ranks``).
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -217,6 +217,7 @@ def feature_costs(
     features: ServingFeatures,
     *,
     model: ModelSpec,
+    quantization: QuantScheme | None,
     engine_version: tuple[int, int] | None,
     dtype: str,
     kv_dtype: KvCacheDtype,
@@ -244,7 +245,17 @@ def feature_costs(
     draft_specs: SpecCounts = []
     if features.speculative is not None:
         spec_bytes, draft_specs, draft_layers, lookahead = _speculative(
-            features.speculative, model, version, dtype, kv_dtype, block_size, tp, terms, messages
+            features.speculative,
+            model,
+            quantization,
+            features.data_parallel_size,
+            version,
+            dtype,
+            kv_dtype,
+            block_size,
+            tp,
+            terms,
+            messages,
         )
         deltas[-1] += spec_bytes
 
@@ -401,6 +412,8 @@ def _lora_bytes(
 def _speculative(
     spec: SpeculativeConfig,
     model: ModelSpec,
+    quantization: QuantScheme | None,
+    dp: int,
     version: tuple[int, int],
     dtype: str,
     kv_dtype: KvCacheDtype,
@@ -438,7 +451,7 @@ def _speculative(
                 field="speculative_config.method",
             )
         k = k or layers
-        per_layer = _decoder_layer_bytes(model, dtype, tp)
+        per_layer = _mtp_layer_bytes(model, quantization, dtype, tp, dp)
         weights = per_layer * layers
         specs = list(
             layer_spec_counts(
@@ -455,7 +468,7 @@ def _speculative(
                 name="speculative_weights",
                 formula=(
                     f"{method}: num_nextn_predict_layers {layers} × one decoder layer's weights on this GPU "
-                    "(embedding and LM head shared with the target)"
+                    "(experts over TP × DP; embedding and LM head shared with the target)"
                 ),
                 value=weights,
                 unit="bytes",
@@ -472,7 +485,12 @@ def _speculative(
             )
         weights = sum(
             s.total_bytes
-            for s in weight_shares(draft, quantization=None, tensor_parallel_size=draft_tp, dtype=dtype)
+            for s in weight_shares(
+                draft,
+                quantization=resolve_quantization(None, native=draft.quantization),
+                tensor_parallel_size=draft_tp,
+                dtype=dtype,
+            )
         )
         specs = list(
             layer_spec_counts(
@@ -508,11 +526,17 @@ def _speculative(
     return weights, specs, kv_layers, k
 
 
-def _decoder_layer_bytes(model: ModelSpec, dtype: str, tp: int) -> int:
-    """One decoder layer's weights on one GPU: the model's layer weights (embedding and head excluded) / layers."""
-    share = weight_shares(model, quantization=None, tensor_parallel_size=tp, dtype=dtype)
-    body = sum(s.linear_bytes + s.replicated_bytes for s in share)
-    return body // model.num_hidden_layers
+def _mtp_layer_bytes(model: ModelSpec, quantization: QuantScheme | None, dtype: str, tp: int, dp: int) -> int:
+    """One MTP layer's weights on one GPU: a decoder layer of the target (an MoE layer for MoE targets, its
+    experts over TP × DP like the target's), without the embedding and LM head it shares with the target."""
+    shares = weight_shares(model, quantization=quantization, tensor_parallel_size=tp, dtype=dtype)
+    experts = sum(s.expert_bytes for s in shares)
+    dense = sum(s.linear_bytes + s.replicated_bytes for s in shares) - experts
+    moe_layers = model.num_hidden_layers - (model.first_k_dense_replace or 0) if model.is_moe else 0
+    per_layer = dense // model.num_hidden_layers
+    if moe_layers:
+        per_layer += experts // moe_layers // dp
+    return per_layer
 
 
 def feature_outcome(

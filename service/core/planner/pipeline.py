@@ -168,6 +168,7 @@ def serving_feature_costs(settings: Settings, shares: tuple[WeightShare, ...]) -
     return feature_costs(
         settings.features,
         model=settings.model,
+        quantization=settings.quantization,
         engine_version=settings.engine.version,
         dtype=settings.dtype,
         kv_dtype=settings.kv_dtype,

@@ -1,0 +1,27 @@
+"""add models.num_nextn_predict_layers (MTP layers for speculative decoding)
+
+Revision ID: 7d1a4b9e2c60
+Revises: 3c9e2f7a1d54
+Create Date: 2026-12-02 07:00:00
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "7d1a4b9e2c60"
+down_revision: str | None = "3c9e2f7a1d54"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.add_column(
+        "models",
+        sa.Column("num_nextn_predict_layers", sa.Integer(), nullable=False, server_default="0"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_column("models", "num_nextn_predict_layers")
