@@ -252,6 +252,9 @@ def plan(
     shared_prefix_tokens: Annotated[
         int | None, typer.Option(help="prompt tokens every request shares (prefix caching)")
     ] = None,
+    limit_mm_per_prompt: Annotated[
+        str | None, typer.Option(help="JSON, e.g. '{\"image\": 0}' for text-only")
+    ] = None,
 ) -> None:
     """Predict vLLM's KV cache for a model on a GPU. Exit 1 when vLLM would not start, 2 for bad input."""
     from pydantic import ValidationError
@@ -287,6 +290,7 @@ def plan(
             data_parallel_size=data_parallel_size,
             enable_expert_parallel=enable_expert_parallel,
             shared_prefix_tokens=shared_prefix_tokens,
+            limit_mm_per_prompt=json_object_value("--limit-mm-per-prompt", limit_mm_per_prompt),
         )
     except FlagError as exc:
         raise _fail(str(exc)) from None

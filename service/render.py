@@ -169,6 +169,8 @@ _FEATURE_TERMS = {
     "cpu_kv_cache",
     "max_concurrency_with_shared_prefix",
     "max_concurrency_all_dp_ranks",
+    "encoder_weights_skipped",
+    "encoder_cache_profile",
 }
 
 

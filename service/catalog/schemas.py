@@ -216,6 +216,12 @@ class ModelArchitecture(Schema):
     num_nextn_predict_layers: LayerIndex = Field(
         default=0, description="MTP layers for speculative decoding (config num_nextn_predict_layers)"
     )
+    encoder_parameters: Annotated[int, Field(ge=0, le=bounds.MAX_PARAMETERS)] = Field(
+        default=0, description="multimodal tower + projector parameters (part of num_parameters)"
+    )
+    mm_tokens_per_item: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = Field(
+        default=None, description="embedding tokens of the largest image"
+    )
     state: StateFields | None = None
     quantization: QuantizationName | None = Field(
         default=None, description="the checkpoint's native quantization"
@@ -276,6 +282,8 @@ class ModelUpdate(Schema):
     first_k_dense_replace: LayerIndex | None = None
     num_kv_shared_layers: LayerIndex | None = None
     num_nextn_predict_layers: LayerIndex | None = None
+    encoder_parameters: Annotated[int, Field(ge=0, le=bounds.MAX_PARAMETERS)] | None = None
+    mm_tokens_per_item: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = None
     state: StateFields | None = None
     quantization: QuantizationName | None = None
     tie_word_embeddings: bool | None = None

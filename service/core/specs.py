@@ -136,6 +136,8 @@ class ModelSpec:
     num_nextn_predict_layers: int = (
         0  # MTP layers shipped for speculative decoding (DeepSeek-V3, Qwen3-Next …)
     )
+    encoder_parameters: int = 0  # multimodal tower + projector (inside num_parameters)
+    mm_tokens_per_item: int | None = None  # embedding tokens of the largest image (encoder cache unit)
     state: StateSpec | None = None
     quantization: str | None = None  # the checkpoint's native quantisation (fp8, mxfp4, awq …)
     tie_word_embeddings: bool = False
@@ -180,6 +182,8 @@ class ModelSpec:
                 "first_k_dense_replace": (self.first_k_dense_replace, b.MAX_LAYERS),
                 "num_kv_shared_layers": (self.num_kv_shared_layers, b.MAX_LAYERS),
                 "num_nextn_predict_layers": (self.num_nextn_predict_layers, b.MAX_LAYERS),
+                "encoder_parameters": (self.encoder_parameters, b.MAX_PARAMETERS),
+                "mm_tokens_per_item": (self.mm_tokens_per_item, b.MAX_CONTEXT_TOKENS),
             },
             minimum=0,
         )

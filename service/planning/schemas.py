@@ -135,6 +135,9 @@ class PlanSettings(Schema):
     shared_prefix_tokens: ContextTokens | None = Field(
         default=None, description="prompt tokens every request shares (prefix caching): effective concurrency"
     )
+    limit_mm_per_prompt: (
+        dict[Literal["image", "video", "audio"], Annotated[int, Field(ge=0, le=1024)]] | None
+    ) = Field(default=None, description="items per prompt by modality; all 0: text-only (tower not loaded)")
 
     @model_validator(mode="after")
     def _lora_flags_need_enable_lora(self) -> PlanSettings:

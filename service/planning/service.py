@@ -13,7 +13,13 @@ from service.catalog.snapshot import CatalogSnapshot
 from service.core.errors import ConfigError, InvalidSpec
 from service.core.hf_config import parse_hf_config
 from service.core.planner import CapacityPlan, PlanRequest, plan
-from service.core.planner.features import KvTransferConfig, LoraConfig, ServingFeatures, SpeculativeConfig
+from service.core.planner.features import (
+    KvTransferConfig,
+    LoraConfig,
+    MultimodalConfig,
+    ServingFeatures,
+    SpeculativeConfig,
+)
 from service.core.specs import GpuSpec, ModelSpec
 from service.errors import Unprocessable
 from service.planning.calibration import CalibrationHolder, apply_calibration
@@ -88,6 +94,7 @@ _FEATURE_DEFAULTS: dict[str, object] = {
     "data_parallel_size": 1,
     "enable_expert_parallel": False,
     "shared_prefix_tokens": None,
+    "limit_mm_per_prompt": None,
 }
 
 
@@ -158,6 +165,9 @@ def serving_features(settings: PlanSettings, snapshot: CatalogSnapshot | None) -
         data_parallel_size=settings.data_parallel_size,
         enable_expert_parallel=settings.enable_expert_parallel,
         shared_prefix_tokens=settings.shared_prefix_tokens or 0,
+        multimodal=MultimodalConfig(limit_mm_per_prompt=tuple(sorted(settings.limit_mm_per_prompt.items())))
+        if settings.limit_mm_per_prompt is not None
+        else None,
     )
 
 

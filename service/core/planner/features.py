@@ -113,6 +113,13 @@ class KvTransferConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MultimodalConfig:
+    """``--limit-mm-per-prompt``: items per prompt by modality (all 0: text-only, the tower is not loaded)."""
+
+    limit_mm_per_prompt: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServingFeatures:
     """The optional serving features of one plan (vLLM flag names); every default changes nothing."""
 
@@ -123,6 +130,7 @@ class ServingFeatures:
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
     shared_prefix_tokens: int = 0
+    multimodal: MultimodalConfig | None = None
 
 
 class FeatureCosts(NamedTuple):
@@ -130,6 +138,7 @@ class FeatureCosts(NamedTuple):
 
     features: ServingFeatures
     weight_delta: tuple[int, ...]  # per pipeline stage
+    activation_delta: int  # added to the first stage's profile peak (the encoder's dummy batch)
     lora_bytes: int  # heaviest stage's
     speculative_weight_bytes: int
     draft_specs: SpecCounts  # KV layers the draft adds to the last stage's pool
@@ -151,6 +160,10 @@ def check_features(features: ServingFeatures, engine_version: tuple[int, int] | 
         raise InvalidSpec("must be ≥ 1", field="data_parallel_size")
     if features.shared_prefix_tokens < 0:
         raise InvalidSpec("must not be negative", field="shared_prefix_tokens")
+    if features.multimodal is not None:
+        for modality, count in features.multimodal.limit_mm_per_prompt:
+            if count < 0:
+                raise InvalidSpec("must not be negative", field=f"limit_mm_per_prompt.{modality}")
     lora = features.lora
     if lora is not None:
         if lora.max_loras < 1:
@@ -226,6 +239,8 @@ def feature_costs(
     stage_layers: tuple[tuple[int, int], ...],
     stage_weights: tuple[int, ...],
     stage_experts: tuple[int, ...],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
 ) -> FeatureCosts:
     """Stage 2b: the features' weight and KV-layer changes on one GPU of every pipeline stage."""
     version = engine_version or (99, 99)
@@ -287,6 +302,22 @@ def feature_costs(
     elif features.enable_expert_parallel and model.is_moe and model.num_experts:
         experts_per_gpu = cdiv(model.num_experts, tp)
 
+    activation = 0
+    if features.multimodal is not None:
+        encoder_delta, activation = _multimodal(
+            features.multimodal,
+            model,
+            version,
+            elem,
+            tp,
+            stage_layers,
+            max_num_seqs,
+            max_num_batched_tokens,
+            terms,
+            messages,
+        )
+        deltas = [d + e for d, e in zip(deltas, encoder_delta, strict=True)]
+
     offload = 0
     if features.cpu_offload_gb > 0:
         wanted = int(features.cpu_offload_gb * GIB)
@@ -323,6 +354,7 @@ def feature_costs(
     return FeatureCosts(
         features=features,
         weight_delta=tuple(deltas),
+        activation_delta=activation,
         lora_bytes=lora_stage[heaviest_stage],
         speculative_weight_bytes=spec_bytes,
         draft_specs=draft_specs,
@@ -334,6 +366,93 @@ def feature_costs(
         terms=tuple(terms),
         messages=tuple(messages),
     )
+
+
+def _multimodal(
+    mm: MultimodalConfig,
+    model: ModelSpec,
+    version: tuple[int, int],
+    elem: int,
+    tp: int,
+    stage_layers: tuple[tuple[int, int], ...],
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    terms: list[Term],
+    messages: list[Message],
+) -> tuple[list[int], int]:
+    """(weight change per stage, encoder profile bytes) for ``--limit-mm-per-prompt``.
+
+    All limits 0 on 0.10+ (vllm PR #22299, v0.10.1: implicit language-model-only mode) skips loading the tower
+    and projector, and the profile run skips the encoder. Otherwise ``profile_run``
+    (``vllm/v1/worker/gpu_model_runner.py``) runs the encoder on a dummy batch of
+    ``min(encoder budget // tokens per item, limit × max_num_seqs)`` items and keeps their embeddings in the
+    encoder cache during the profile; the budget is ``max(max_num_batched_tokens, tokens per item)``
+    (``vllm/v1/core/encoder_cache_manager.py::compute_encoder_budget``). The tower's own activations are not
+    charged.
+    """
+    zero = [0] * len(stage_layers)
+    if not model.encoder_parameters:
+        messages.append(
+            Message(
+                level="info",
+                code="no_multimodal_encoder",
+                text="limit_mm_per_prompt has no effect: the model's config has no vision tower",
+            )
+        )
+        return zero, 0
+    limits = dict(mm.limit_mm_per_prompt)
+    if all(count == 0 for count in limits.values()):
+        if version < (0, 10):
+            messages.append(
+                Message(
+                    level="info",
+                    code="text_only_tower_loaded",
+                    text="before vLLM 0.10.1 limit_mm_per_prompt 0 still loads the vision tower",
+                )
+            )
+            return zero, 0
+        total = model.encoder_parameters * elem // tp
+        layers = model.num_hidden_layers
+        delta = [-(total * (end - start) // layers) for start, end in stage_layers]
+        terms.append(
+            Term(
+                name="encoder_weights_skipped",
+                formula=(
+                    f"limit_mm_per_prompt all 0 (text-only, 0.10.1+): tower + projector "
+                    f"{fmt_int(model.encoder_parameters)} parameters × {elem} B / TP {tp} not loaded"
+                ),
+                value=-sum(delta),
+                unit="bytes",
+            )
+        )
+        return delta, 0
+    tokens = model.mm_tokens_per_item
+    if tokens is None:
+        messages.append(
+            Message(
+                level="warning",
+                code="encoder_cache_unknown",
+                text="the model's config does not say how many tokens an image becomes: the encoder profile batch is not charged",
+            )
+        )
+        return zero, 0
+    budget = max(max_num_batched_tokens, tokens)
+    per_prompt = max(limits.values())
+    items = min(budget // tokens, per_prompt * max_num_seqs)
+    cache = items * tokens * model.hidden_size * elem
+    terms.append(
+        Term(
+            name="encoder_cache_profile",
+            formula=(
+                f"min(encoder budget max(max_num_batched_tokens, {fmt_int(tokens)}) // {fmt_int(tokens)} tokens per item, "
+                f"limit {per_prompt} × max_num_seqs) = {items} item(s) × {fmt_int(tokens)} tokens × hidden "
+                f"{model.hidden_size} × {elem} B (profile_run encoder cache)"
+            ),
+            value=cache,
+            unit="bytes",
+        )
+    )
+    return zero, cache
 
 
 def lora_layer_elements(model: ModelSpec, tp: int, rank: int) -> tuple[int, int]:

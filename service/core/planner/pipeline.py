@@ -41,7 +41,11 @@ def plan(request: PlanRequest) -> CapacityPlan:
     settings = resolve_settings(request)
     shares = stage_weights(settings)
     costs = serving_feature_costs(settings, shares) if settings.features is not None else None
-    memory = memory_budget(settings, shares, costs.weight_delta if costs else None)
+    memory = (
+        memory_budget(settings, shares, costs.weight_delta, costs.activation_delta)
+        if costs is not None
+        else memory_budget(settings, shares)
+    )
     layout = lay_out(settings, shares, costs.draft_specs if costs else None)
     block_size = layout.block_size
     blocks = count_blocks(settings, layout, memory)
@@ -177,4 +181,6 @@ def serving_feature_costs(settings: Settings, shares: tuple[WeightShare, ...]) -
         stage_layers=tuple(s.layers for s in shares),
         stage_weights=tuple(s.total_bytes for s in shares),
         stage_experts=tuple(s.expert_bytes for s in shares),
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
     )

@@ -1,4 +1,4 @@
-"""add models.num_nextn_predict_layers (MTP layers for speculative decoding)
+"""add models.num_nextn_predict_layers, encoder_parameters and mm_tokens_per_item (serving features)
 
 Revision ID: 7d1a4b9e2c60
 Revises: 3c9e2f7a1d54
@@ -21,7 +21,13 @@ def upgrade() -> None:
         "models",
         sa.Column("num_nextn_predict_layers", sa.Integer(), nullable=False, server_default="0"),
     )
+    op.add_column(
+        "models", sa.Column("encoder_parameters", sa.BigInteger(), nullable=False, server_default="0")
+    )
+    op.add_column("models", sa.Column("mm_tokens_per_item", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("models", "mm_tokens_per_item")
+    op.drop_column("models", "encoder_parameters")
     op.drop_column("models", "num_nextn_predict_layers")
