@@ -602,15 +602,22 @@ def _speculative(
                 f"draft_tensor_parallel_size ({draft_tp}) must be 1 or the target's tensor_parallel_size ({tp})",
                 field="speculative_config.draft_tensor_parallel_size",
             )
-        weights = sum(
-            s.total_bytes
-            for s in weight_shares(
-                draft,
-                quantization=resolve_quantization(None, native=draft.quantization),
-                tensor_parallel_size=draft_tp,
-                dtype=dtype,
-            )
+        shares = weight_shares(
+            draft,
+            quantization=resolve_quantization(None, native=draft.quantization),
+            tensor_parallel_size=draft_tp,
+            dtype=dtype,
         )
+        weights = sum(s.total_bytes for s in shares)
+        shared = ""
+        if method in ("eagle", "eagle3") and draft.hidden_size == model.hidden_size:
+            # v1/spec_decode/eagle.py load_model: the head reuses the target's embedding (same shape), and an
+            # EAGLE head its LM head too (EAGLE-3 keeps its own, over its draft vocabulary).
+            weights -= sum(s.embedding_bytes for s in shares)
+            shared = "embedding"
+            if method == "eagle":
+                weights -= sum(s.lm_head_bytes for s in shares)
+                shared = "embedding and LM head"
         specs = list(
             layer_spec_counts(
                 draft,
@@ -627,7 +634,9 @@ def _speculative(
                 name="speculative_weights",
                 formula=(
                     f"{method}: the draft's {fmt_int(draft.num_parameters)} parameters × {MODEL_DTYPE_BYTES[normalize_model_dtype(dtype)]} B"
-                    f" / draft TP {draft_tp} (v1/spec_decode/)"
+                    f" / draft TP {draft_tp}"
+                    + (f", {shared} shared with the target" if shared else "")
+                    + " (v1/spec_decode/)"
                 ),
                 value=weights,
                 unit="bytes",
