@@ -95,6 +95,17 @@ class EngineProfile:
     block_size_choices: tuple[int, ...] | None = None  # --block-size argparse choices (None: not checked)
     auto_dtype_keeps_bf16: bool = False  # dtype "auto" keeps a bf16 config even on GPUs without bf16 (≤ 0.7)
     checks_quantization_capability: bool = False  # the loader's minimum-capability table was read (≤ 0.7)
+    # Serving features (service.core.planner.features):
+    lora_extra_vocab: bool = (
+        False  # --lora-extra-vocab-size exists, default 256 (removed in 0.12, vllm PR #28545)
+    )
+    kv_offloading_size: bool = True  # --kv-offloading-size / --kv-offloading-backend (0.12+)
+    draft_model_speculation: bool = (
+        True  # speculative_config with a draft model in V1 (0.14+, vllm PR #24322)
+    )
+    text_only_skips_encoder: bool = (
+        True  # limit_mm_per_prompt all 0 skips the tower (0.10.1+, vllm PR #22299)
+    )
 
     @property
     def label(self) -> str:
@@ -250,6 +261,10 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         block_size_choices=_v0_block_size_choices(release) if rules < V1_DEFAULT_SINCE else None,
         auto_dtype_keeps_bf16=rules < V1_DEFAULT_SINCE,
         checks_quantization_capability=rules < V1_DEFAULT_SINCE,
+        lora_extra_vocab=rules < (0, 12),
+        kv_offloading_size=_v(rules, (0, 12)),
+        draft_model_speculation=_v(rules, (0, 14)),
+        text_only_skips_encoder=_v(rules, (0, 10)),
     )
 
 

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from service.core.dtypes import MODEL_DTYPE_BYTES, KvCacheDtype, normalize_model_dtype
+from service.core.engines import EngineProfile
 from service.core.errors import InvalidSpec
 from service.core.kv_cache import SpecCounts, layer_spec_counts
 from service.core.planner.results import FeaturesResult, Message, Term, gib
@@ -151,9 +152,8 @@ class FeatureCosts(NamedTuple):
     messages: tuple[Message, ...]
 
 
-def check_features(features: ServingFeatures, engine_version: tuple[int, int] | None, v0: bool) -> None:
+def check_features(features: ServingFeatures, engine: EngineProfile) -> None:
     """The values vLLM's argument parsing and config post-init reject outright (``InvalidSpec`` names the flag)."""
-    version = engine_version or (99, 99)
     if features.cpu_offload_gb < 0:
         raise InvalidSpec("must not be negative", field="cpu_offload_gb")
     if features.data_parallel_size < 1:
@@ -178,7 +178,7 @@ def check_features(features: ServingFeatures, engine_version: tuple[int, int] | 
                 field="max_cpu_loras",
             )
         if lora.lora_extra_vocab_size is not None:
-            if version >= (0, 12):
+            if not engine.lora_extra_vocab:
                 raise InvalidSpec(
                     "--lora-extra-vocab-size does not exist from vLLM 0.12 (LoRA extra vocabulary removed)",
                     field="lora_extra_vocab_size",
@@ -205,7 +205,7 @@ def check_features(features: ServingFeatures, engine_version: tuple[int, int] | 
                 f"method {spec.method!r} needs the draft model (speculative_config.model)",
                 field="speculative_config.model",
             )
-        if v0:
+        if engine.v0:
             raise InvalidSpec(
                 "kvcap models speculative decoding in the V1 engine (vLLM 0.8+), not V0's spec-decode worker",
                 field="speculative_config",
@@ -219,7 +219,7 @@ def check_features(features: ServingFeatures, engine_version: tuple[int, int] | 
         if kv.kv_offloading_size_gib is not None:
             if kv.kv_offloading_size_gib <= 0:
                 raise InvalidSpec("must be > 0", field="kv_offloading_size")
-            if version < (0, 12):
+            if not engine.kv_offloading_size:
                 raise InvalidSpec(
                     "--kv-offloading-size does not exist before vLLM 0.12; use kv_transfer_config",
                     field="kv_offloading_size",
@@ -231,7 +231,7 @@ def feature_costs(
     *,
     model: ModelSpec,
     quantization: QuantScheme | None,
-    engine_version: tuple[int, int] | None,
+    engine: EngineProfile,
     dtype: str,
     kv_dtype: KvCacheDtype,
     block_size: int,
@@ -243,7 +243,6 @@ def feature_costs(
     max_num_batched_tokens: int,
 ) -> FeatureCosts:
     """Stage 2b: the features' weight and KV-layer changes on one GPU of every pipeline stage."""
-    version = engine_version or (99, 99)
     tp = tensor_parallel_size
     elem = MODEL_DTYPE_BYTES[normalize_model_dtype(dtype)]
     n_stages = len(stage_layers)
@@ -253,7 +252,7 @@ def feature_costs(
 
     lora_stage = [0] * n_stages
     if features.lora is not None:
-        lora_stage = _lora_bytes(features.lora, model, version, elem, tp, stage_layers, terms, messages)
+        lora_stage = _lora_bytes(features.lora, model, engine, elem, tp, stage_layers, terms, messages)
         deltas = [d + b for d, b in zip(deltas, lora_stage, strict=True)]
 
     spec_bytes, draft_layers, lookahead = 0, 0, 0
@@ -264,7 +263,7 @@ def feature_costs(
             model,
             quantization,
             features.data_parallel_size,
-            version,
+            engine,
             dtype,
             kv_dtype,
             block_size,
@@ -307,7 +306,7 @@ def feature_costs(
         encoder_delta, activation = _multimodal(
             features.multimodal,
             model,
-            version,
+            engine,
             elem,
             tp,
             stage_layers,
@@ -371,7 +370,7 @@ def feature_costs(
 def _multimodal(
     mm: MultimodalConfig,
     model: ModelSpec,
-    version: tuple[int, int],
+    engine: EngineProfile,
     elem: int,
     tp: int,
     stage_layers: tuple[tuple[int, int], ...],
@@ -402,7 +401,7 @@ def _multimodal(
         return zero, 0
     limits = dict(mm.limit_mm_per_prompt)
     if all(count == 0 for count in limits.values()):
-        if version < (0, 10):
+        if not engine.text_only_skips_encoder:
             messages.append(
                 Message(
                     level="info",
@@ -478,7 +477,7 @@ def lora_layer_elements(model: ModelSpec, tp: int, rank: int) -> tuple[int, int]
 def _lora_bytes(
     lora: LoraConfig,
     model: ModelSpec,
-    version: tuple[int, int],
+    engine: EngineProfile,
     elem: int,
     tp: int,
     stage_layers: tuple[tuple[int, int], ...],
@@ -489,7 +488,7 @@ def _lora_bytes(
     per_layer = (a + b) * lora.max_loras * elem
     extra = lora.lora_extra_vocab_size
     if extra is None:
-        extra = LORA_EXTRA_VOCAB_DEFAULT if version < (0, 12) else 0
+        extra = LORA_EXTRA_VOCAB_DEFAULT if engine.lora_extra_vocab else 0
     vocab_rows = 2 * lora.max_loras * extra * model.hidden_size * elem  # embedding + LM head
     stages = []
     last = len(stage_layers) - 1
@@ -533,7 +532,7 @@ def _speculative(
     model: ModelSpec,
     quantization: QuantScheme | None,
     dp: int,
-    version: tuple[int, int],
+    engine: EngineProfile,
     dtype: str,
     kv_dtype: KvCacheDtype,
     block_size: int,
@@ -554,7 +553,7 @@ def _speculative(
             )
         )
         return 0, [], 0, k
-    if method == "draft_model" and version < (0, 14):
+    if method == "draft_model" and not engine.draft_model_speculation:
         messages.append(
             Message(
                 level="error",

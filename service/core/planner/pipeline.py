@@ -173,7 +173,7 @@ def serving_feature_costs(settings: Settings, shares: tuple[WeightShare, ...]) -
         settings.features,
         model=settings.model,
         quantization=settings.quantization,
-        engine_version=settings.engine.version,
+        engine=settings.engine,
         dtype=settings.dtype,
         kv_dtype=settings.kv_dtype,
         block_size=settings.block_size,

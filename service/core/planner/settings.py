@@ -257,7 +257,7 @@ def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
             raise InvalidSpec("must be ≥ 1", field=name)
     check_request_ranges(request)
     if request.features is not None:
-        check_features(request.features, engine.version, engine.v0)
+        check_features(request.features, engine)
 
 
 def _is_blackwell(gpu: GpuSpec | None) -> bool:
