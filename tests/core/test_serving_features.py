@@ -171,10 +171,31 @@ def test_draft_model_is_refused_before_0_14_in_vllms_words() -> None:
     assert llama_plan(features, engine="vllm-0.14").fits
 
 
-def test_speculative_values_vllm_rejects() -> None:
+def test_speculative_values_vllm_rejects_in_its_words() -> None:
     with pytest.raises(InvalidSpec) as err:
-        llama_plan(ServingFeatures(speculative=SpeculativeConfig(method="eagle")))
+        llama_plan(ServingFeatures(speculative=SpeculativeConfig(method="eagle", num_speculative_tokens=2)))
+    assert err.value.field == "speculative_config.model"
+    assert err.value.message == "num_speculative_tokens was provided but without speculative model."
+    head = parse_hf_config(EAGLE_HEAD, num_parameters=EAGLE_PARAMS)
+    with pytest.raises(InvalidSpec) as err:
+        llama_plan(ServingFeatures(speculative=SpeculativeConfig(method="eagle", draft=head)))
     assert err.value.field == "speculative_config.num_speculative_tokens"
+    assert "`num_speculative_tokens` was not provided" in err.value.message
+    config = record("deepseek-v3")["hf_config"]
+    assert isinstance(config, dict)
+    two_mtp = parse_hf_config({**config, "num_nextn_predict_layers": 2}, num_parameters=671_000_000_000)
+    with pytest.raises(InvalidSpec) as err:
+        plan(
+            PlanRequest(
+                model=two_mtp,
+                gpu=H200,
+                tensor_parallel_size=8,
+                features=ServingFeatures(
+                    speculative=SpeculativeConfig(method="mtp", num_speculative_tokens=3)
+                ),
+            )
+        )
+    assert err.value.message == "num_speculative_tokens:3 must be divisible by n_predict=2"
     with pytest.raises(InvalidSpec) as err:
         llama_plan(
             ServingFeatures(speculative=SpeculativeConfig(method="lookahead", num_speculative_tokens=2))
@@ -307,3 +328,9 @@ def test_text_only_multimodal_skips_the_tower_and_images_charge_the_encoder_prof
 
 def test_no_features_means_no_features_result() -> None:
     assert llama_plan().features is None
+
+
+def test_cpu_offload_leaves_the_lora_stacks_on_the_gpu() -> None:
+    lora = LoraConfig(max_loras=4, max_lora_rank=16)
+    everything = llama_plan(ServingFeatures(cpu_offload_gb=100, lora=lora))
+    assert everything.memory.weights_bytes == lora_bytes_by_hand(1, rank=16, loras=4)

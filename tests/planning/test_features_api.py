@@ -71,7 +71,11 @@ async def test_recommend_reuses_the_feature_fields(client: httpx.AsyncClient) ->
         ({"enable_lora": True, "lora_extra_vocab_size": 256}, "lora_extra_vocab_size"),
         ({"cpu_offload_gb": -1}, "cpu_offload_gb"),
         ({"speculative_config": {}}, "speculative_config"),
-        ({"speculative_config": {"method": "eagle"}}, "speculative_config.num_speculative_tokens"),
+        (
+            {"speculative_config": {"method": "eagle", "num_speculative_tokens": 2}},
+            "speculative_config.model",
+        ),
+        ({"speculative_config": {"model": "llama-3.2-1b"}}, "speculative_config.num_speculative_tokens"),
         (
             {"speculative_config": {"method": "medusa2", "num_speculative_tokens": 2}},
             "speculative_config.method",

@@ -76,7 +76,11 @@ MTP_METHODS = frozenset(
     }
 )
 HEAD_METHODS = frozenset({"eagle", "eagle3", "medusa", "mlp_speculator"})
-SPECULATIVE_METHODS = frozenset({"ngram", "draft_model", *HEAD_METHODS, *MTP_METHODS})
+SUFFIX_MAX_TREE_DEPTH = (
+    24  # suffix decoding's default num_speculative_tokens (suffix_decoding_max_tree_depth)
+)
+FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})  # proposers without weights or KV
+SPECULATIVE_METHODS = frozenset({*FREE_METHODS, "draft_model", *HEAD_METHODS, *MTP_METHODS})
 KV_OFFLOADING_BACKENDS = ("native", "lmcache")
 
 
@@ -194,16 +198,19 @@ def check_features(features: ServingFeatures, engine: EngineProfile) -> None:
             )
         if spec.num_speculative_tokens is not None and spec.num_speculative_tokens < 1:
             raise InvalidSpec("must be ≥ 1", field="speculative_config.num_speculative_tokens")
-        if spec.num_speculative_tokens is None and spec.method not in MTP_METHODS:
-            # vllm/config/speculative.py: only MTP derives the count from the model's config.
+        # vllm/config/speculative.py SpeculativeConfig.__post_init__, in its words:
+        needs_model = spec.method == "draft_model" or spec.method in HEAD_METHODS
+        if needs_model and spec.draft is None:
             raise InvalidSpec(
-                "num_speculative_tokens must be provided with speculative model unless the draft model config contains an n_predict parameter.",
-                field="speculative_config.num_speculative_tokens",
-            )
-        if (spec.method == "draft_model" or spec.method in HEAD_METHODS) and spec.draft is None:
-            raise InvalidSpec(
-                f"method {spec.method!r} needs the draft model (speculative_config.model)",
+                "num_speculative_tokens was provided but without speculative model.",
                 field="speculative_config.model",
+            )
+        if spec.num_speculative_tokens is None and spec.method not in MTP_METHODS | {"suffix"}:
+            raise InvalidSpec(
+                "A speculative model was provided, but `num_speculative_tokens` was not provided"
+                if needs_model
+                else "num_speculative_tokens must be given with method " + repr(spec.method),
+                field="speculative_config.num_speculative_tokens",
             )
         if engine.v0:
             raise InvalidSpec(
@@ -319,15 +326,17 @@ def feature_costs(
 
     offload = 0
     if features.cpu_offload_gb > 0:
+        # Parameters are moved while the model is built; the LoRA stacks are allocated afterwards, on the GPU.
         wanted = int(features.cpu_offload_gb * GIB)
-        heaviest = max(w + d for w, d in zip(stage_weights, deltas, strict=True))
+        loaded = [w + d - b for w, d, b in zip(stage_weights, deltas, lora_stage, strict=True)]
+        heaviest = max(loaded)
         offload = min(wanted, heaviest)
-        deltas = [d - min(wanted, w + d) for w, d in zip(stage_weights, deltas, strict=True)]
+        deltas = [d - min(wanted, w) for d, w in zip(deltas, loaded, strict=True)]
         terms.append(
             Term(
                 name="cpu_offload",
                 formula=(
-                    f"min(cpu_offload_gb {features.cpu_offload_gb} GiB, weights) moved to CPU per GPU "
+                    f"min(cpu_offload_gb {features.cpu_offload_gb} GiB, weights) moved to CPU per GPU, whole parameters "
                     "(model_executor/models/utils.py maybe_offload_to_cpu)"
                 ),
                 value=-offload,
@@ -542,12 +551,12 @@ def _speculative(
 ) -> tuple[int, SpecCounts, int, int]:
     """(draft weights on the last stage's GPU, draft KV specs, draft KV layers, lookahead tokens)."""
     method = spec.method
-    k = spec.num_speculative_tokens or 0
-    if method == "ngram":
+    k = spec.num_speculative_tokens or (SUFFIX_MAX_TREE_DEPTH if method == "suffix" else 0)
+    if method in FREE_METHODS:
         terms.append(
             Term(
                 name="speculative_weights",
-                formula="ngram: prompt lookup on the CPU, no weights, no KV (v1/spec_decode/ngram_proposer.py)",
+                formula=f"{method}: proposes from the prompt and output so far, no weights, no KV (v1/spec_decode/)",
                 value=0,
                 unit="bytes",
             )
@@ -568,7 +577,12 @@ def _speculative(
                 f"method {method!r} needs MTP layers: the model's config has no num_nextn_predict_layers",
                 field="speculative_config.method",
             )
-        k = k or layers
+        if k > layers and k % layers:
+            raise InvalidSpec(
+                f"num_speculative_tokens:{k} must be divisible by n_predict={layers}",
+                field="speculative_config.num_speculative_tokens",
+            )
+        k = k or layers  # the MTP layers are reused for more tokens: no more weights, no more KV
         per_layer = _mtp_layer_bytes(model, quantization, dtype, tp, dp)
         weights = per_layer * layers
         specs = list(
