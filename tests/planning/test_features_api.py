@@ -153,3 +153,31 @@ def test_kvcap_plan_bad_feature_flags_exit_2(flags: list[str], words: str) -> No
     result = runner.invoke(app, ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm-80gb", *flags])
     assert result.exit_code == 2, result.output
     assert words in result.output.replace("\n", " ")
+
+
+async def test_sweep_recommend_and_simulations_plan_with_the_features(client: httpx.AsyncClient) -> None:
+    workload = {"requests_per_second": 2, "prompt_tokens": 512, "output_tokens": 64}
+    lora = {
+        "enable_lora": True,
+        "max_loras": 4,
+        "speculative_config": {"method": "ngram", "num_speculative_tokens": 3},
+    }
+    sweep = await client.post(
+        "/v1/plans/sweep",
+        json={"model": "llama-3.1-8b", "gpus": ["h100-sxm-80gb"], "workload": workload, **lora},
+    )
+    assert sweep.status_code == 200, sweep.text
+    recommend = await client.post(
+        "/v1/plans/recommend",
+        json={"model": "llama-3.1-8b", "gpu": "h100-sxm-80gb", "workload": workload, "cpu_offload_gb": 2},
+    )
+    assert recommend.status_code == 200, recommend.text
+    simulation = await client.post(
+        "/v1/simulations", json={**BODY, **lora, "benchmark": {"num_prompts": 20, "random_input_len": 256}}
+    )
+    assert simulation.status_code == 200, simulation.text
+    planned = (await client.post("/v1/plans", json={**BODY, **lora})).json()
+    base = (await client.post("/v1/plans", json=BODY)).json()
+    # The simulated replica is the featured plan: fewer blocks than without the adapters' buffers.
+    assert simulation.json()["plan"]["num_gpu_blocks"] == planned["kv_cache"]["num_gpu_blocks"]
+    assert planned["kv_cache"]["num_gpu_blocks"] < base["kv_cache"]["num_gpu_blocks"]
