@@ -334,3 +334,18 @@ def test_cpu_offload_leaves_the_lora_stacks_on_the_gpu() -> None:
     lora = LoraConfig(max_loras=4, max_lora_rank=16)
     everything = llama_plan(ServingFeatures(cpu_offload_gb=100, lora=lora))
     assert everything.memory.weights_bytes == lora_bytes_by_hand(1, rank=16, loras=4)
+
+
+def test_shared_prefix_counts_only_full_attention_groups_of_a_hybrid() -> None:
+    gemma = spec("gemma-3-27b")
+    common = {"gpu": H100, "max_model_len": 32768}
+    shared = plan(PlanRequest(model=gemma, features=ServingFeatures(shared_prefix_tokens=8192), **common))  # type: ignore[arg-type]
+    assert shared.layout is not None and shared.features is not None
+    kinds = [g.spec.kind.value for g in shared.layout.groups]
+    assert "sliding_attention" in kinds and "full_attention" in kinds
+    full_groups = kinds.count("full_attention")
+    block = shared.kv_cache.block_size
+    shared_blocks = full_groups * (8192 // block)  # the sliding groups hold their window per request
+    per_request = shared.kv_cache.blocks_per_request
+    expected = (shared.kv_cache.num_gpu_blocks - shared_blocks) / (per_request - shared_blocks)
+    assert shared.features.effective_max_concurrency == pytest.approx(expected, abs=1e-4)

@@ -53,9 +53,9 @@ from typing import NamedTuple
 from service.core.dtypes import MODEL_DTYPE_BYTES, KvCacheDtype, normalize_model_dtype
 from service.core.engines import EngineProfile
 from service.core.errors import InvalidSpec
-from service.core.kv_cache import SpecCounts, layer_spec_counts
+from service.core.kv_cache import KvLayout, SpecCounts, layer_spec_counts
 from service.core.planner.results import FeaturesResult, Message, Term, gib
-from service.core.specs import ModelSpec
+from service.core.specs import LayerType, ModelSpec
 from service.core.units import GIB, cdiv, fmt_int
 from service.core.weights import QuantScheme, resolve_quantization, weight_shares
 
@@ -82,6 +82,7 @@ SUFFIX_MAX_TREE_DEPTH = (
 FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})  # proposers without weights or KV
 SPECULATIVE_METHODS = frozenset({*FREE_METHODS, "draft_model", *HEAD_METHODS, *MTP_METHODS})
 KV_OFFLOADING_BACKENDS = ("native", "lmcache")
+_SHAREABLE_KINDS = frozenset({LayerType.FULL, LayerType.MLA})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -692,6 +693,7 @@ def feature_outcome(
     block_size: int,
     bytes_per_token: int,
     num_groups: int,
+    layout: KvLayout,
 ) -> tuple[FeaturesResult, tuple[Term, ...], tuple[Message, ...]]:
     """After the blocks: lookahead, DP totals, CPU KV capacity and prefix sharing, as the plan states them."""
     features = costs.features
@@ -736,17 +738,21 @@ def feature_outcome(
     shared = features.shared_prefix_tokens
     effective = max_concurrency
     if shared and max_model_len and num_gpu_blocks > 0:
-        shared_blocks = min(shared, max_model_len) // block_size * num_groups
+        # Only full-attention (and MLA) groups keep a prefix's blocks for every request; a sliding window and a
+        # constant state are per request (conservatively: nothing shared).
+        prefix = min(shared, max_model_len)
+        shared_blocks = sum(
+            prefix // g.spec.block_size for g in layout.groups if g.spec.kind in _SHAREABLE_KINDS
+        )
         unique = request_blocks - shared_blocks
         pool = num_gpu_blocks - shared_blocks
-        effective = pool / unique if unique > 0 else float(num_gpu_blocks)
-        effective = max(effective, 0.0)
+        effective = max(pool / unique if unique > 0 else float(num_gpu_blocks), 0.0)
         terms.append(
             Term(
                 name="max_concurrency_with_shared_prefix",
                 formula=(
                     f"(num_gpu_blocks − shared {shared_blocks}) / (blocks_per_request {request_blocks} − shared); "
-                    f"shared = floor({fmt_int(shared)} prefix tokens / block {block_size}) × groups (prefix caching)"
+                    f"shared = Σ full-attention groups floor({fmt_int(shared)} prefix tokens / block) (prefix caching)"
                 ),
                 value=round(effective, 4),
                 unit="requests",

@@ -74,6 +74,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
             block_size=block_size,
             bytes_per_token=capacity.bytes_per_token,
             num_groups=len(blocks.layout.groups),
+            layout=blocks.layout,
         )
         if request.detail:
             breakdown = Breakdown(
