@@ -161,6 +161,7 @@ def render_plan(console: Console, plan: PlanResponse) -> None:
 
 _FEATURE_TERMS = {
     "lora_buffers",
+    "lora_cpu_cache",
     "cpu_offload",
     "speculative_weights",
     "speculative_kv_layers",

@@ -349,3 +349,9 @@ def test_shared_prefix_counts_only_full_attention_groups_of_a_hybrid() -> None:
     per_request = shared.kv_cache.blocks_per_request
     expected = (shared.kv_cache.num_gpu_blocks - shared_blocks) / (per_request - shared_blocks)
     assert shared.features.effective_max_concurrency == pytest.approx(expected, abs=1e-4)
+
+
+def test_lora_cpu_cache_holds_max_cpu_loras_adapters_at_most() -> None:
+    lora = llama_plan(ServingFeatures(lora=LoraConfig(max_loras=4, max_lora_rank=16, max_cpu_loras=10)))
+    term = next(t for t in lora.breakdown if t.name == "lora_cpu_cache")
+    assert term.value == 10 * lora_bytes_by_hand(1, rank=16, loras=1)

@@ -308,6 +308,14 @@ def feature_costs(
         )
     elif features.enable_expert_parallel and model.is_moe and model.num_experts:
         experts_per_gpu = cdiv(model.num_experts, tp)
+    if features.enable_expert_parallel and not model.is_moe:
+        messages.append(
+            Message(
+                level="info",
+                code="expert_parallel_without_experts",
+                text="enable_expert_parallel has no effect: the model has no MoE layers",
+            )
+        )
 
     activation = 0
     if features.multimodal is not None:
@@ -515,6 +523,21 @@ def _lora_bytes(
                 + " (lora/layers/base_linear.py create_lora_weights)"
             ),
             value=max(stages),
+            unit="bytes",
+        )
+    )
+    # vllm/lora/models.py LRUCacheLoRAModelManager: up to max_cpu_loras adapters (default max_loras) stay
+    # registered in CPU memory; at the largest rank each holds one GPU slot's worth of A and B per layer.
+    cpu_loras = lora.max_cpu_loras or lora.max_loras
+    adapter = (a + b) * elem * model.num_hidden_layers * tp
+    terms.append(
+        Term(
+            name="lora_cpu_cache",
+            formula=(
+                f"max_cpu_loras {cpu_loras} × one adapter at rank {lora.max_lora_rank} (all TP shards), "
+                "CPU memory, at most"
+            ),
+            value=cpu_loras * adapter,
             unit="bytes",
         )
     )
