@@ -117,7 +117,7 @@ class PlanSettings(Schema):
     )
     # Serving features (service.core.planner.features): unset changes nothing.
     speculative_config: SpeculativeConfigIn | None = None
-    enable_lora: bool = False
+    enable_lora: bool | None = Field(default=None, description="--enable-lora (default off)")
     max_loras: Annotated[int, Field(ge=1, le=1024)] | None = Field(default=None, description="default 1")
     max_lora_rank: _LORA_RANK | None = Field(default=None, description="default 16")
     max_cpu_loras: Annotated[int, Field(ge=1, le=65_536)] | None = None
@@ -130,8 +130,8 @@ class PlanSettings(Schema):
         default=None, description="GiB of CPU KV in total over the TP × PP ranks (0.12+)"
     )
     kv_offloading_backend: Literal["native", "lmcache"] | None = None
-    data_parallel_size: ParallelSize = 1
-    enable_expert_parallel: bool = False
+    data_parallel_size: ParallelSize | None = Field(default=None, description="default 1")
+    enable_expert_parallel: bool | None = Field(default=None, description="default off")
     shared_prefix_tokens: ContextTokens | None = Field(
         default=None, description="prompt tokens every request shares (prefix caching): effective concurrency"
     )

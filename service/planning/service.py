@@ -85,17 +85,24 @@ def resolve_gpu_ref(
     return found.spec, Subject(name=found.name, source="catalog")
 
 
-_FEATURE_DEFAULTS: dict[str, object] = {
-    "speculative_config": None,
-    "enable_lora": False,
-    "cpu_offload_gb": None,
-    "kv_transfer_config": None,
-    "kv_offloading_size": None,
-    "data_parallel_size": 1,
-    "enable_expert_parallel": False,
-    "shared_prefix_tokens": None,
-    "limit_mm_per_prompt": None,
-}
+_FEATURE_FIELDS = (
+    "speculative_config",
+    "cpu_offload_gb",
+    "kv_transfer_config",
+    "kv_offloading_size",
+    "shared_prefix_tokens",
+    "limit_mm_per_prompt",
+)
+
+
+def _features_off(settings: PlanSettings) -> bool:
+    """No serving feature asked for (``false``, ``1`` and ``0`` GiB ask for nothing either)."""
+    return (
+        all(getattr(settings, name) is None for name in _FEATURE_FIELDS)
+        and not settings.enable_lora
+        and not settings.enable_expert_parallel
+        and (settings.data_parallel_size or 1) == 1
+    )
 
 
 def _int_extra(config: dict[str, Any], key: str) -> int | None:
@@ -111,7 +118,7 @@ def _int_extra(config: dict[str, Any], key: str) -> int | None:
 
 def serving_features(settings: PlanSettings, snapshot: CatalogSnapshot | None) -> ServingFeatures | None:
     """The request's serving features for the core (``None`` when none is set: the plan's fast path)."""
-    if all(getattr(settings, name) == default for name, default in _FEATURE_DEFAULTS.items()):
+    if _features_off(settings):
         return None
     speculative = None
     spec_in = settings.speculative_config
@@ -162,8 +169,8 @@ def serving_features(settings: PlanSettings, snapshot: CatalogSnapshot | None) -
         lora=lora,
         cpu_offload_gb=settings.cpu_offload_gb or 0.0,
         kv_transfer=kv,
-        data_parallel_size=settings.data_parallel_size,
-        enable_expert_parallel=settings.enable_expert_parallel,
+        data_parallel_size=settings.data_parallel_size or 1,
+        enable_expert_parallel=bool(settings.enable_expert_parallel),
         shared_prefix_tokens=settings.shared_prefix_tokens or 0,
         multimodal=MultimodalConfig(limit_mm_per_prompt=tuple(sorted(settings.limit_mm_per_prompt.items())))
         if settings.limit_mm_per_prompt is not None
