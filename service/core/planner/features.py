@@ -1,10 +1,11 @@
 """Serving features that change what vLLM allocates: speculative decoding, LoRA, weight offloading, KV
-offloading, data/expert parallelism and declared prefix sharing.
+offloading, data/expert parallelism, multimodal towers and declared prefix sharing.
 
 A plan without features (``PlanRequest.features is None``) never enters this module. With features, the stage
 ``feature_costs`` runs after the weights and before the budget, and hands the next stages three things:
 
-* ``weight_delta`` per pipeline stage (bytes added to, or taken from, the weights one GPU holds),
+* ``weight_delta`` per pipeline stage (bytes added to, or taken from, the weights one GPU holds), and
+  ``activation_delta`` (the multimodal encoder's profile batch, first stage),
 * ``draft_specs``: the KV layers a draft model or EAGLE/MTP head adds to the *same* pool (last stage),
 * ``terms`` and ``messages`` for the breakdown and the verdict.
 
@@ -40,9 +41,14 @@ Rules, each read from vLLM's source of the release named:
   split over the TP × PP ranks; an explicit ``OffloadingConnector`` takes ``num_cpu_blocks`` (0.11) or
   ``cpu_bytes_to_use`` (0.12+) from ``kv_connector_extra_config``; LMCache keeps its own CPU store
   (``LMCACHE_MAX_LOCAL_CPU_SIZE``, 5 GiB by default).
+* Multimodal (``--limit-mm-per-prompt``; see ``_multimodal``): all limits 0 skips the tower (0.10.1+), otherwise
+  the encoder's profile batch is held in the encoder cache during the profile run.
 * Prefix sharing (``vllm/v1/core/kv_cache_manager.py``, prefix caching on by default in V1): requests that share a
-  prompt prefix share its full blocks, so ``num_gpu_blocks`` holds ``(blocks − shared) / (per request − shared)``
-  such requests.
+  prompt prefix share its full blocks in the full-attention groups, so ``num_gpu_blocks`` holds
+  ``(blocks − shared) / (per request − shared)`` such requests.
+
+The release a rule starts or ends in is a field of the engine profile (``EngineProfile.lora_extra_vocab``,
+``kv_offloading_size``, ``draft_model_speculation``, ``text_only_skips_encoder``), never a version test here.
 """
 
 from __future__ import annotations
@@ -665,6 +671,8 @@ def _speculative(
                 model_dtype=dtype,
             )
         )
+        if method in ("medusa", "mlp_speculator"):
+            specs = []  # MLP heads on the target's hidden states: no attention, no KV
         layers = draft.num_hidden_layers
         terms.append(
             Term(
