@@ -355,3 +355,13 @@ def test_lora_cpu_cache_holds_max_cpu_loras_adapters_at_most() -> None:
     lora = llama_plan(ServingFeatures(lora=LoraConfig(max_loras=4, max_lora_rank=16, max_cpu_loras=10)))
     term = next(t for t in lora.breakdown if t.name == "lora_cpu_cache")
     assert term.value == 10 * lora_bytes_by_hand(1, rank=16, loras=1)
+
+
+def test_draft_model_on_a_multimodal_target_is_refused() -> None:
+    draft = spec("gemma-3-4b")
+    features = ServingFeatures(
+        speculative=SpeculativeConfig(method="draft_model", num_speculative_tokens=2, draft=draft)
+    )
+    refused = plan(PlanRequest(model=spec("gemma-3-27b"), gpu=H200, max_model_len=8192, features=features))
+    assert not refused.fits
+    assert "speculative_draft_model_multimodal" in {m.code for m in refused.errors}

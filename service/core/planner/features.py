@@ -600,6 +600,15 @@ def _speculative(
                 text="Speculative decoding with draft model is not supported yet. Please consider using other speculative decoding methods such as ngram, medusa, eagle, or mtp.",
             )
         )
+    elif method == "draft_model" and model.encoder_parameters:
+        # vllm/v1/spec_decode/eagle.py::_raise_if_multimodal (0.19.1, 0.20.1; vllm issue #42005), in its words:
+        messages.append(
+            Message(
+                level="error",
+                code="speculative_draft_model_multimodal",
+                text="Speculative Decoding with draft models or parallel drafting does not support multimodal models yet",
+            )
+        )
     if method in MTP_METHODS:
         layers = model.num_nextn_predict_layers
         if layers < 1:
