@@ -255,6 +255,9 @@ def plan(
     limit_mm_per_prompt: Annotated[
         str | None, typer.Option(help="JSON, e.g. '{\"image\": 0}' for text-only")
     ] = None,
+    mm_processor_kwargs: Annotated[
+        str | None, typer.Option(help="JSON, e.g. '{\"max_pixels\": 1003520}' (Qwen-VL)")
+    ] = None,
 ) -> None:
     """Predict vLLM's KV cache for a model on a GPU. Exit 1 when vLLM would not start, 2 for bad input."""
     from pydantic import ValidationError
@@ -291,6 +294,7 @@ def plan(
             enable_expert_parallel=enable_expert_parallel,
             shared_prefix_tokens=shared_prefix_tokens,
             limit_mm_per_prompt=json_object_value("--limit-mm-per-prompt", limit_mm_per_prompt),
+            mm_processor_kwargs=json_object_value("--mm-processor-kwargs", mm_processor_kwargs),
         )
     except FlagError as exc:
         raise _fail(str(exc)) from None

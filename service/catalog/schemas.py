@@ -222,6 +222,9 @@ class ModelArchitecture(Schema):
     mm_tokens_per_item: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = Field(
         default=None, description="embedding tokens of the largest image"
     )
+    mm_pixels_per_token: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = Field(
+        default=None, description="Qwen-VL: pixels per image token, (patch × spatial_merge_size)²"
+    )
     state: StateFields | None = None
     quantization: QuantizationName | None = Field(
         default=None, description="the checkpoint's native quantization"
@@ -284,6 +287,7 @@ class ModelUpdate(Schema):
     num_nextn_predict_layers: LayerIndex | None = None
     encoder_parameters: Annotated[int, Field(ge=0, le=bounds.MAX_PARAMETERS)] | None = None
     mm_tokens_per_item: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = None
+    mm_pixels_per_token: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = None
     state: StateFields | None = None
     quantization: QuantizationName | None = None
     tie_word_embeddings: bool | None = None

@@ -138,6 +138,7 @@ class ModelSpec:
     )
     encoder_parameters: int = 0  # multimodal tower + projector (inside num_parameters)
     mm_tokens_per_item: int | None = None  # embedding tokens of the largest image (encoder cache unit)
+    mm_pixels_per_token: int | None = None  # Qwen-VL: (patch × spatial_merge)², tokens = max_pixels // this
     state: StateSpec | None = None
     quantization: str | None = None  # the checkpoint's native quantisation (fp8, mxfp4, awq …)
     tie_word_embeddings: bool = False
@@ -184,6 +185,7 @@ class ModelSpec:
                 "num_nextn_predict_layers": (self.num_nextn_predict_layers, b.MAX_LAYERS),
                 "encoder_parameters": (self.encoder_parameters, b.MAX_PARAMETERS),
                 "mm_tokens_per_item": (self.mm_tokens_per_item, b.MAX_CONTEXT_TOKENS),
+                "mm_pixels_per_token": (self.mm_pixels_per_token, b.MAX_CONTEXT_TOKENS),
             },
             minimum=0,
         )

@@ -138,6 +138,9 @@ class PlanSettings(Schema):
     limit_mm_per_prompt: (
         dict[Literal["image", "video", "audio"], Annotated[int, Field(ge=0, le=1024)]] | None
     ) = Field(default=None, description="items per prompt by modality; all 0: text-only (tower not loaded)")
+    mm_processor_kwargs: dict[str, Any] | None = Field(
+        default=None, description="passed to the HF processor; max_pixels sizes Qwen-VL images"
+    )
 
     @model_validator(mode="after")
     def _lora_flags_need_enable_lora(self) -> PlanSettings:

@@ -92,6 +92,7 @@ _FEATURE_FIELDS = (
     "kv_offloading_size",
     "shared_prefix_tokens",
     "limit_mm_per_prompt",
+    "mm_processor_kwargs",
 )
 
 
@@ -172,10 +173,20 @@ def serving_features(settings: PlanSettings, snapshot: CatalogSnapshot | None) -
         data_parallel_size=settings.data_parallel_size or 1,
         enable_expert_parallel=bool(settings.enable_expert_parallel),
         shared_prefix_tokens=settings.shared_prefix_tokens or 0,
-        multimodal=MultimodalConfig(limit_mm_per_prompt=tuple(sorted(settings.limit_mm_per_prompt.items())))
-        if settings.limit_mm_per_prompt is not None
-        else None,
+        multimodal=_multimodal(settings),
     )
+
+
+def _multimodal(settings: PlanSettings) -> MultimodalConfig | None:
+    limits, kwargs = settings.limit_mm_per_prompt, settings.mm_processor_kwargs
+    if limits is None and kwargs is None:
+        return None
+    max_pixels = (kwargs or {}).get("max_pixels")
+    if max_pixels is not None and (
+        isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or not 1 <= max_pixels <= 2**40
+    ):
+        raise Unprocessable.for_field("mm_processor_kwargs.max_pixels", "must be a positive integer")
+    return MultimodalConfig(limit_mm_per_prompt=tuple(sorted((limits or {}).items())), max_pixels=max_pixels)
 
 
 def build_request(

@@ -365,3 +365,48 @@ def test_draft_model_on_a_multimodal_target_is_refused() -> None:
     refused = plan(PlanRequest(model=spec("gemma-3-27b"), gpu=H200, max_model_len=8192, features=features))
     assert not refused.fits
     assert "speculative_draft_model_multimodal" in {m.code for m in refused.errors}
+
+
+QWEN25_VL_7B = {  # Qwen/Qwen2.5-VL-7B-Instruct config.json (the keys that decide memory)
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+    "model_type": "qwen2_5_vl",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 128000,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "vision_config": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "in_chans": 3,
+        "out_hidden_size": 3584,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "spatial_patch_size": 14,
+    },
+}
+
+
+def test_mm_processor_max_pixels_sizes_the_qwen_vl_encoder_profile() -> None:
+    qwen = parse_hf_config(QWEN25_VL_7B, num_parameters=8_292_166_656)
+    # Qwen2-VL's image processor: max_pixels 12,845,056 by default, one token per (14 × 2)² pixels.
+    assert qwen.mm_tokens_per_item == 12_845_056 // 28**2 == 16_384
+    common = {"gpu": H100, "max_model_len": 32768}
+    base = plan(PlanRequest(model=qwen, **common))  # type: ignore[arg-type]
+    mnbt = base.settings.max_num_batched_tokens
+
+    def cache(features: MultimodalConfig) -> int:
+        featured = plan(PlanRequest(model=qwen, features=ServingFeatures(multimodal=features), **common))  # type: ignore[arg-type]
+        return featured.memory.activation_bytes - base.memory.activation_bytes
+
+    # One 16,384-token image fills the encoder budget max(mnbt, 16,384).
+    assert cache(MultimodalConfig(limit_mm_per_prompt=(("image", 2),))) == 1 * 16_384 * 3584 * 2
+    small = 1_003_520 // 28**2  # 1,280 tokens
+    items = max(mnbt, small) // small
+    assert cache(MultimodalConfig(max_pixels=1_003_520)) == items * small * 3584 * 2

@@ -97,6 +97,7 @@ async def test_recommend_reuses_the_feature_fields(client: httpx.AsyncClient) ->
         ),
         ({"data_parallel_size": 0}, "data_parallel_size"),
         ({"limit_mm_per_prompt": {"image": -1}}, "limit_mm_per_prompt"),
+        ({"mm_processor_kwargs": {"max_pixels": "big"}}, "mm_processor_kwargs.max_pixels"),
         ({"shared_prefix_tokens": 0}, "shared_prefix_tokens"),
     ],
 )

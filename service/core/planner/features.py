@@ -126,9 +126,11 @@ class KvTransferConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MultimodalConfig:
-    """``--limit-mm-per-prompt``: items per prompt by modality (all 0: text-only, the tower is not loaded)."""
+    """``--limit-mm-per-prompt``: items per prompt by modality (all 0: text-only, the tower is not loaded);
+    ``--mm-processor-kwargs`` ``max_pixels`` (Qwen-VL image processors) sizes the largest image."""
 
-    limit_mm_per_prompt: tuple[tuple[str, int], ...]
+    limit_mm_per_prompt: tuple[tuple[str, int], ...] = ()
+    max_pixels: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -423,7 +425,7 @@ def _multimodal(
             )
         )
         return zero, 0
-    limits = dict(mm.limit_mm_per_prompt)
+    limits = dict(mm.limit_mm_per_prompt) or {"image": 1}  # vLLM's default: one item per modality
     if all(count == 0 for count in limits.values()):
         if not engine.text_only_skips_encoder:
             messages.append(
@@ -450,6 +452,18 @@ def _multimodal(
         )
         return delta, 0
     tokens = model.mm_tokens_per_item
+    if mm.max_pixels is not None:
+        if model.mm_pixels_per_token:
+            # Qwen2-VL's processor: an image of max_pixels becomes max_pixels / (patch × merge)² tokens.
+            tokens = max(1, mm.max_pixels // model.mm_pixels_per_token)
+        else:
+            messages.append(
+                Message(
+                    level="info",
+                    code="mm_processor_kwargs_ignored",
+                    text="mm_processor_kwargs max_pixels does not size this model's images (its processor has a fixed size)",
+                )
+            )
     if tokens is None:
         messages.append(
             Message(

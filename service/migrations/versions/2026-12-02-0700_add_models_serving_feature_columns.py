@@ -1,4 +1,4 @@
-"""add models.num_nextn_predict_layers, encoder_parameters and mm_tokens_per_item (serving features)
+"""add models.num_nextn_predict_layers, encoder_parameters, mm_tokens_per_item, mm_pixels_per_token
 
 Revision ID: 7d1a4b9e2c60
 Revises: 3c9e2f7a1d54
@@ -25,9 +25,11 @@ def upgrade() -> None:
         "models", sa.Column("encoder_parameters", sa.BigInteger(), nullable=False, server_default="0")
     )
     op.add_column("models", sa.Column("mm_tokens_per_item", sa.Integer(), nullable=True))
+    op.add_column("models", sa.Column("mm_pixels_per_token", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("models", "mm_pixels_per_token")
     op.drop_column("models", "mm_tokens_per_item")
     op.drop_column("models", "encoder_parameters")
     op.drop_column("models", "num_nextn_predict_layers")
