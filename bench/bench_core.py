@@ -19,6 +19,7 @@ from typing import Any
 
 from service.catalog.builtin import builtin_snapshot
 from service.core.planner import PlanRequest, plan
+from service.core.planner.features import LoraConfig, ServingFeatures, SpeculativeConfig
 from service.core.recommend import Workload, _rate_search, sweep
 
 
@@ -55,6 +56,20 @@ def run() -> list[dict[str, Any]]:
         ),
         repeat=200,
     )
+
+    # Serving features go through one extra stage; without them (above) the planner never enters it.
+    featured = PlanRequest(
+        model=model.spec,
+        gpu=gpu.spec,
+        max_model_len=8192,
+        features=ServingFeatures(
+            lora=LoraConfig(max_loras=4, max_lora_rank=16),
+            speculative=SpeculativeConfig(method="ngram", num_speculative_tokens=4),
+            data_parallel_size=2,
+            shared_prefix_tokens=4096,
+        ),
+    )
+    with_features = _min_seconds(lambda: plan(featured), repeat=200)
 
     models = [
         catalog.models[n].spec
@@ -94,6 +109,12 @@ def run() -> list[dict[str, Any]]:
             "seconds": one,
             "baseline": None,
             "note": "one call",
+        },
+        {
+            "name": "core plan with serving features (LoRA, ngram, DP 2, shared prefix)",
+            "seconds": with_features,
+            "baseline": one,
+            "note": "vs the same plan without features",
         },
         {
             "name": "core plan, verdict only (sweep mode)",

@@ -243,6 +243,29 @@ def plan(
     server: Annotated[
         str | None, typer.Option(help="ask a kvcap server instead of the built-in catalog")
     ] = None,
+    speculative_config: Annotated[
+        str | None, typer.Option(help='JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'')
+    ] = None,
+    enable_lora: Annotated[bool, typer.Option("--enable-lora")] = False,
+    max_loras: Annotated[int | None, typer.Option()] = None,
+    max_lora_rank: Annotated[int | None, typer.Option()] = None,
+    max_cpu_loras: Annotated[int | None, typer.Option()] = None,
+    lora_extra_vocab_size: Annotated[int | None, typer.Option(help="vLLM ≤ 0.11")] = None,
+    cpu_offload_gb: Annotated[float | None, typer.Option(help="GiB of weights per GPU moved to CPU")] = None,
+    kv_transfer_config: Annotated[str | None, typer.Option(help="JSON, e.g. LMCacheConnectorV1")] = None,
+    kv_offloading_size: Annotated[float | None, typer.Option(help="GiB of CPU KV in total (0.12+)")] = None,
+    kv_offloading_backend: Annotated[str | None, typer.Option(help="native or lmcache")] = None,
+    data_parallel_size: Annotated[int | None, typer.Option("--data-parallel-size", "-dp")] = None,
+    enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel")] = False,
+    shared_prefix_tokens: Annotated[
+        int | None, typer.Option(help="prompt tokens every request shares (prefix caching)")
+    ] = None,
+    limit_mm_per_prompt: Annotated[
+        str | None, typer.Option(help="JSON, e.g. '{\"image\": 0}' for text-only")
+    ] = None,
+    mm_processor_kwargs: Annotated[
+        str | None, typer.Option(help="JSON, e.g. '{\"max_pixels\": 1003520}' (Qwen-VL)")
+    ] = None,
 ) -> None:
     """Predict vLLM's KV cache for a model on a GPU. Exit 1 when vLLM would not start, 2 for bad input."""
     from pydantic import ValidationError
@@ -250,7 +273,13 @@ def plan(
     from service.catalog.builtin import builtin_snapshot
     from service.core.errors import CoreError
     from service.errors import ServiceError
-    from service.planning.cli_args import FlagError, max_model_len_value, model_reference
+    from service.planning.cli_args import (
+        FlagError,
+        feature_fields,
+        json_object_value,
+        max_model_len_value,
+        model_reference,
+    )
     from service.planning.schemas import InlineGpu, PlanRequestBody, PlanResponse
     from service.planning.service import make_plan
     from service.render import render_capacity_curve, render_plan
@@ -258,6 +287,23 @@ def plan(
     try:
         model_ref = model_reference(model, hf_config, num_parameters)
         length = max_model_len_value(max_model_len)
+        features = feature_fields(
+            speculative_config=json_object_value("--speculative-config", speculative_config),
+            enable_lora=enable_lora,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            max_cpu_loras=max_cpu_loras,
+            lora_extra_vocab_size=lora_extra_vocab_size,
+            cpu_offload_gb=cpu_offload_gb,
+            kv_transfer_config=json_object_value("--kv-transfer-config", kv_transfer_config),
+            kv_offloading_size=kv_offloading_size,
+            kv_offloading_backend=kv_offloading_backend,
+            data_parallel_size=data_parallel_size,
+            enable_expert_parallel=enable_expert_parallel,
+            shared_prefix_tokens=shared_prefix_tokens,
+            limit_mm_per_prompt=json_object_value("--limit-mm-per-prompt", limit_mm_per_prompt),
+            mm_processor_kwargs=json_object_value("--mm-processor-kwargs", mm_processor_kwargs),
+        )
     except FlagError as exc:
         raise _fail(str(exc)) from None
     gpu_ref: str | InlineGpu | None = gpu
@@ -285,6 +331,7 @@ def plan(
         "cpu_avx512_bf16": cpu_avx512_bf16,
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
+        **features,
     }
     try:
         body = PlanRequestBody.model_validate(fields)

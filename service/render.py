@@ -143,6 +143,8 @@ def render_plan(console: Console, plan: PlanResponse) -> None:
         memory.add_row(name, f"{value:,}", f"{value / GIB:,.2f}")
     console.print(memory)
     console.print(memory_bar(plan))
+    if plan.features is not None:
+        _render_features(console, plan)
     for message in plan.messages:
         colour = {"error": "red", "warning": "yellow"}.get(message.level, "dim")
         console.print(f"[{colour}]{message.level}[/{colour}] {message.text}", highlight=False)
@@ -155,6 +157,35 @@ def render_plan(console: Console, plan: PlanResponse) -> None:
             f"{p.without_cache_per_layer:,} without a cache vs {p.with_cache_per_layer:,} with one ({p.ratio:.1f}× fewer)",
             highlight=False,
         )
+
+
+_FEATURE_TERMS = {
+    "lora_buffers",
+    "lora_cpu_cache",
+    "cpu_offload",
+    "speculative_weights",
+    "speculative_kv_layers",
+    "expert_weights_dp",
+    "blocks_per_request_with_lookahead",
+    "cpu_kv_cache",
+    "max_concurrency_with_shared_prefix",
+    "max_concurrency_all_dp_ranks",
+    "encoder_weights_skipped",
+    "encoder_cache_profile",
+}
+
+
+def _render_features(console: Console, plan: PlanResponse) -> None:
+    """The serving features' terms of the breakdown, each with its formula."""
+    table = Table(show_header=True, header_style="bold", title="Serving features")
+    table.add_column("term")
+    table.add_column("value", justify="right")
+    table.add_column("formula")
+    for term in plan.breakdown:
+        if term.name in _FEATURE_TERMS:
+            value = f"{term.value:,.0f}" if term.unit == "bytes" else f"{term.value:,.4g}"
+            table.add_row(term.name, f"{value} {term.unit}", term.formula)
+    console.print(table)
 
 
 def _money(value: float | None) -> str:

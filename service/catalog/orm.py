@@ -81,6 +81,12 @@ class ModelEntry(VersionedMixin, Base):
     unquantized_parameters: Mapped[int] = mapped_column(
         BigInteger, nullable=False, default=0, server_default="0"
     )
+    num_nextn_predict_layers: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default="0"
+    )
+    encoder_parameters: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+    mm_tokens_per_item: Mapped[int | None] = mapped_column(Integer)
+    mm_pixels_per_token: Mapped[int | None] = mapped_column(Integer)
     state: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     quantization: Mapped[str | None] = mapped_column(String(32))
     tie_word_embeddings: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)

@@ -222,6 +222,18 @@ class ModelArchitecture(Schema):
         description="linear-layer parameters the checkpoint's quantization_config leaves unquantised "
         "(modules_to_not_convert)",
     )
+    num_nextn_predict_layers: LayerIndex = Field(
+        default=0, description="MTP layers for speculative decoding (config num_nextn_predict_layers)"
+    )
+    encoder_parameters: Annotated[int, Field(ge=0, le=bounds.MAX_PARAMETERS)] = Field(
+        default=0, description="multimodal tower + projector parameters (part of num_parameters)"
+    )
+    mm_tokens_per_item: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = Field(
+        default=None, description="embedding tokens of the largest image"
+    )
+    mm_pixels_per_token: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = Field(
+        default=None, description="Qwen-VL: pixels per image token, (patch × spatial_merge_size)²"
+    )
     state: StateFields | None = None
     quantization: QuantizationName | None = Field(
         default=None, description="the checkpoint's native quantization"
@@ -283,6 +295,10 @@ class ModelUpdate(Schema):
     num_kv_shared_layers: LayerIndex | None = None
     rope_cache_bytes: RopeCacheBytes | None = None
     unquantized_parameters: RopeCacheBytes | None = None
+    num_nextn_predict_layers: LayerIndex | None = None
+    encoder_parameters: Annotated[int, Field(ge=0, le=bounds.MAX_PARAMETERS)] | None = None
+    mm_tokens_per_item: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = None
+    mm_pixels_per_token: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = None
     state: StateFields | None = None
     quantization: QuantizationName | None = None
     tie_word_embeddings: bool | None = None

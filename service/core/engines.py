@@ -111,6 +111,17 @@ class EngineProfile:
     # piecewise graphs only: every attention layer then runs eagerly between two graph replays.
     full_cudagraph_decode: bool = True
     cudagraph_max_batch: int = 512  # largest captured batch (V1 max_cudagraph_capture_size; V0 256)
+    # Serving features (service.core.planner.features):
+    lora_extra_vocab: bool = (
+        False  # --lora-extra-vocab-size exists, default 256 (removed in 0.12, vllm PR #28545)
+    )
+    kv_offloading_size: bool = True  # --kv-offloading-size / --kv-offloading-backend (0.12+)
+    draft_model_speculation: bool = (
+        True  # speculative_config with a draft model in V1 (0.14+, vllm PR #24322)
+    )
+    text_only_skips_encoder: bool = (
+        True  # limit_mm_per_prompt all 0 skips the tower (0.10.1+, vllm PR #22299)
+    )
 
     @property
     def label(self) -> str:
@@ -272,6 +283,10 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         cpu_kernel_block_multiple=32 if _v(rules, (0, 32)) else None,
         full_cudagraph_decode=v0 or _v(rules, FULL_CUDAGRAPH_DECODE_SINCE),
         cudagraph_max_batch=256 if v0 else 512,
+        lora_extra_vocab=rules < (0, 12),
+        kv_offloading_size=_v(rules, (0, 12)),
+        draft_model_speculation=_v(rules, (0, 14)),
+        text_only_skips_encoder=_v(rules, (0, 10)),
     )
 
 

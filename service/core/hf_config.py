@@ -553,6 +553,46 @@ def derive_max_model_len(r: _Reader, model_type: str) -> tuple[int | None, str]:
     return derived, note
 
 
+QWEN_VL_MAX_PIXELS = 12_845_056  # Qwen2-VL / Qwen2.5-VL image processor default max_pixels
+
+
+def _multimodal_encoder(config: Mapping[str, Any], text_hidden: int) -> tuple[int, int | None, int | None]:
+    """(encoder parameters, embedding tokens of the largest image, pixels per token when ``max_pixels`` decides
+    the tokens) from ``vision_config``; (0, None, None) without one.
+
+    A ViT tower: layers × (4·h² + 2·h·intermediate) + patch embedding (channels × patch² × h) + position
+    embedding ((image / patch)² × h) + a projector h × text hidden (× merge² for Qwen-VL's patch merger).
+    Tokens per image, as vLLM's processors count them (``get_max_image_tokens``): Gemma 3
+    ``mm_tokens_per_image``; Qwen-VL ``max_pixels / (patch × spatial_merge)²``; else ``(image / patch)²``.
+    """
+    vision = config.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return 0, None, None
+    r = _Reader(vision, {})
+    layers = r.int_("num_hidden_layers", "depth", minimum=0) or 0
+    hidden = r.int_("hidden_size", "embed_dim") or 0
+    if not layers or not hidden:
+        return 0, None, None
+    inter = r.int_("intermediate_size") or 4 * hidden
+    patch = r.int_("patch_size", "spatial_patch_size") or 14
+    channels = r.int_("num_channels", "in_chans", "in_channels") or 3
+    image = r.int_("image_size")
+    merge = r.int_("spatial_merge_size") or 1
+    out_hidden = r.int_("out_hidden_size") or text_hidden
+    positions = (image // patch) ** 2 if image else 0
+    params = layers * (4 * hidden * hidden + 2 * hidden * inter)
+    params += channels * patch * patch * hidden + positions * hidden + hidden * merge * merge * out_hidden
+    top = _Reader(config, {})
+    tokens = top.int_("mm_tokens_per_image")
+    pixels_per_token = None
+    if tokens is None and merge > 1 and image is None:
+        pixels_per_token = (patch * merge) ** 2
+        tokens = QWEN_VL_MAX_PIXELS // pixels_per_token
+    if tokens is None and image:
+        tokens = positions // (merge * merge)
+    return params, tokens, pixels_per_token
+
+
 def _quantization(r: _Reader) -> str | None:
     qc = r.raw("quantization_config")
     if qc is None:
@@ -688,6 +728,9 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     tie = r.bool_(
         "tie_word_embeddings", default=model_type.startswith("gemma") or model_type in _FALCON_MODEL_TYPES
     )
+    encoder_params, mm_tokens, mm_pixels = _multimodal_encoder(config, hidden)
+    if encoder_params:
+        notes.append(f"multimodal encoder (tower + projector) ≈ {encoder_params:,} parameters")
     inputs = ParameterInputs(
         num_hidden_layers=layers,
         hidden_size=hidden,
@@ -714,7 +757,7 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
         state=state,
     )
     if num_parameters is None:
-        num_parameters = estimate_num_parameters(inputs)
+        num_parameters = encoder_params + estimate_num_parameters(inputs)
         notes.append("num_parameters derived from the layer shapes")
     unquantized = unquantized_parameters(r, inputs, kinds)
     if unquantized:
@@ -757,6 +800,11 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
             num_kv_shared_layers=r.int_("num_kv_shared_layers", minimum=0) or 0,
             rope_cache_bytes=rope_bytes,
             unquantized_parameters=min(unquantized, num_parameters),
+            encoder_parameters=encoder_params,
+            mm_tokens_per_item=mm_tokens,
+            mm_pixels_per_token=mm_pixels,
+            num_nextn_predict_layers=r.int_("num_nextn_predict_layers", "mtp_num_hidden_layers", minimum=0)
+            or 0,
             state=state,
             quantization=_quantization(r),
             tie_word_embeddings=tie,

@@ -136,6 +136,12 @@ class ModelSpec:
     num_kv_shared_layers: int = 0
     rope_cache_bytes: int = 0  # vLLM's cos/sin caches (registered buffers, loaded with the weights)
     unquantized_parameters: int = 0  # linear weights a quantised checkpoint keeps in the model dtype
+    num_nextn_predict_layers: int = (
+        0  # MTP layers shipped for speculative decoding (DeepSeek-V3, Qwen3-Next …)
+    )
+    encoder_parameters: int = 0  # multimodal tower + projector (inside num_parameters)
+    mm_tokens_per_item: int | None = None  # embedding tokens of the largest image (encoder cache unit)
+    mm_pixels_per_token: int | None = None  # Qwen-VL: (patch × spatial_merge)², tokens = max_pixels // this
     state: StateSpec | None = None
     quantization: str | None = None  # the checkpoint's native quantisation (fp8, mxfp4, awq …)
     tie_word_embeddings: bool = False
@@ -181,6 +187,10 @@ class ModelSpec:
                 "num_kv_shared_layers": (self.num_kv_shared_layers, b.MAX_LAYERS),
                 "rope_cache_bytes": (self.rope_cache_bytes, b.MAX_PARAMETERS),
                 "unquantized_parameters": (self.unquantized_parameters, self.num_parameters),
+                "num_nextn_predict_layers": (self.num_nextn_predict_layers, b.MAX_LAYERS),
+                "encoder_parameters": (self.encoder_parameters, b.MAX_PARAMETERS),
+                "mm_tokens_per_item": (self.mm_tokens_per_item, b.MAX_CONTEXT_TOKENS),
+                "mm_pixels_per_token": (self.mm_pixels_per_token, b.MAX_CONTEXT_TOKENS),
             },
             minimum=0,
         )

@@ -141,6 +141,7 @@ class WeightShare:
     lm_head_bytes: int
     linear_bytes: int
     replicated_bytes: int
+    expert_bytes: int = 0  # the MoE experts' part of ``linear_bytes`` (data/expert parallelism re-splits it)
 
     @property
     def total_bytes(self) -> int:
@@ -236,11 +237,13 @@ def weight_shares(
         # Tied embeddings share one tensor on a single stage; the last stage keeps its own copy under PP.
         needs_head = not model.tie_word_embeddings or pipeline_parallel_size > 1
         lm_head = padded_vocab * hidden * elem // tp if stage == last and needs_head else 0
+        stage_experts = expert_params * fraction / tp
         linear = linear_bytes(
             linear_params * fraction / tp + kv_replica_params * fraction,
-            expert_params * fraction / tp,
+            stage_experts,
             model.unquantized_parameters * fraction / tp,
         )
+        experts = linear_bytes(stage_experts, stage_experts, 0.0) if stage_experts else 0.0
         # RoPE cos/sin caches are buffers every rank and every stage builds in full (``ModelSpec.rope_cache_bytes``).
         replicated = (
             (router_params + 2 * hidden * layers) * fraction * elem
@@ -255,6 +258,7 @@ def weight_shares(
                 lm_head_bytes=int(lm_head),
                 linear_bytes=int(linear),
                 replicated_bytes=int(replicated),
+                expert_bytes=int(experts),
             )
         )
     return tuple(shares)

@@ -76,6 +76,7 @@ def validate_deployment(data: DeploymentCreate, catalog: CatalogSnapshot, guard:
                 gpu,
                 data,
                 implied_quantization=model.implied_quantization,
+                snapshot=catalog,
                 suggest=False,
                 detail=False,
             )

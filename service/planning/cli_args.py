@@ -40,3 +40,21 @@ def max_model_len_value(text: str | None) -> int | str | None:
         return int(text.replace(",", "").replace("_", ""))
     except ValueError:
         raise FlagError(f"--max-model-len must be an integer or 'auto', got {text!r}") from None
+
+
+def json_object_value(flag: str, text: str | None) -> dict[str, Any] | None:
+    """``--speculative-config`` / ``--kv-transfer-config``: a JSON object, as ``vllm serve`` takes them."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise FlagError(f"{flag} must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise FlagError(f"{flag} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def feature_fields(**flags: object) -> dict[str, object]:
+    """The serving-feature flags of ``kvcap plan`` that were given (unset flags stay out of the request)."""
+    return {name: value for name, value in flags.items() if value is not None and value is not False}

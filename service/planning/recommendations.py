@@ -41,7 +41,9 @@ def make_recommendation(
     gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
     assert gpu is not None and gpu_subject is not None
     workload = to_workload(body.workload)
-    request = build_request(model.spec, gpu, body, implied_quantization=model.implied_quantization)
+    request = build_request(
+        model.spec, gpu, body, implied_quantization=model.implied_quantization, snapshot=snapshot
+    )
     try:
         chosen, options = recommend(
             request,
@@ -70,7 +72,9 @@ def make_sweep(snapshot: CatalogSnapshot, body: SweepRequestBody) -> SweepOut:
     else:
         gpus = [entry.spec for entry in snapshot.gpus.values()]
     workload = to_workload(body.workload)
-    request = build_request(model.spec, None, body, implied_quantization=model.implied_quantization)
+    request = build_request(
+        model.spec, None, body, implied_quantization=model.implied_quantization, snapshot=snapshot
+    )
     try:
         options = sweep(
             request,

@@ -45,6 +45,39 @@ class InlineGpu(Schema):
     supports_bf16: bool = True
 
 
+class SpeculativeConfigIn(Schema):
+    """``--speculative-config`` (vLLM's JSON keys); ``model`` names the draft model or EAGLE/MTP head."""
+
+    method: Annotated[str, StringConstraints(min_length=1, max_length=32, strip_whitespace=True)] | None = (
+        Field(default=None, examples=["ngram", "eagle3", "deepseek_mtp", "draft_model"])
+    )
+    model: RefName | InlineModel | None = Field(
+        default=None, description="the draft model / EAGLE head: catalog name, HF id or {'hf_config': ...}"
+    )
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=64)] | None = None
+    draft_tensor_parallel_size: ParallelSize | None = None
+
+    @model_validator(mode="after")
+    def _method_or_model(self) -> SpeculativeConfigIn:
+        if self.method is None and self.model is None:
+            raise ValueError("speculative_config needs a method or a draft model")
+        return self
+
+
+class KvTransferConfigIn(Schema):
+    """``--kv-transfer-config``: the connector and its ``kv_connector_extra_config``."""
+
+    kv_connector: Annotated[str, StringConstraints(min_length=1, max_length=64, strip_whitespace=True)]
+    kv_role: Literal["kv_producer", "kv_consumer", "kv_both"] | None = None
+    kv_connector_extra_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="num_cpu_blocks / cpu_bytes_to_use (OffloadingConnector), max_local_cpu_size GiB (LMCache)",
+    )
+
+
+_LORA_RANK = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]  # vllm/config/lora.py possible_max_ranks
+
+
 class PlanSettings(Schema):
     """vLLM settings that decide memory (``vllm serve`` flag names). Unset → the release's default."""
 
@@ -93,6 +126,41 @@ class PlanSettings(Schema):
             "default: the newest release kvcap knows"
         ),
     )
+    # Serving features (service.core.planner.features): unset changes nothing.
+    speculative_config: SpeculativeConfigIn | None = None
+    enable_lora: bool | None = Field(default=None, description="--enable-lora (default off)")
+    max_loras: Annotated[int, Field(ge=1, le=1024)] | None = Field(default=None, description="default 1")
+    max_lora_rank: _LORA_RANK | None = Field(default=None, description="default 16")
+    max_cpu_loras: Annotated[int, Field(ge=1, le=65_536)] | None = None
+    lora_extra_vocab_size: Annotated[int, Field(ge=0, le=65_536)] | None = Field(
+        default=None, description="up to vLLM 0.11 (default 256); removed in 0.12"
+    )
+    cpu_offload_gb: Annotated[float, Field(ge=0, le=1_000_000)] | None = None
+    kv_transfer_config: KvTransferConfigIn | None = None
+    kv_offloading_size: Annotated[float, Field(gt=0, le=1_000_000)] | None = Field(
+        default=None, description="GiB of CPU KV in total over the TP × PP ranks (0.12+)"
+    )
+    kv_offloading_backend: Literal["native", "lmcache"] | None = None
+    data_parallel_size: ParallelSize | None = Field(default=None, description="default 1")
+    enable_expert_parallel: bool | None = Field(default=None, description="default off")
+    shared_prefix_tokens: ContextTokens | None = Field(
+        default=None, description="prompt tokens every request shares (prefix caching): effective concurrency"
+    )
+    limit_mm_per_prompt: (
+        dict[Literal["image", "video", "audio"], Annotated[int, Field(ge=0, le=1024)]] | None
+    ) = Field(default=None, description="items per prompt by modality; all 0: text-only (tower not loaded)")
+    mm_processor_kwargs: dict[str, Any] | None = Field(
+        default=None, description="passed to the HF processor; max_pixels sizes Qwen-VL images"
+    )
+
+    @model_validator(mode="after")
+    def _lora_flags_need_enable_lora(self) -> PlanSettings:
+        for name in ("max_loras", "max_lora_rank", "max_cpu_loras", "lora_extra_vocab_size"):
+            if getattr(self, name) is not None and not self.enable_lora:
+                raise ValueError(f"{name} needs enable_lora")
+        if self.kv_offloading_backend is not None and self.kv_offloading_size is None:
+            raise ValueError("kv_offloading_backend needs kv_offloading_size")
+        return self
 
 
 class PlanRequestBody(PlanSettings):
@@ -201,6 +269,25 @@ class Subject(BaseModel):
     matched_by: str | None = None
 
 
+class FeaturesOut(BaseModel):
+    speculative_method: str | None
+    num_speculative_tokens: int
+    speculative_weights_bytes: int
+    speculative_kv_layers: int
+    blocks_per_request_with_lookahead: int
+    lora_bytes: int
+    cpu_offload_bytes: int
+    data_parallel_size: int
+    enable_expert_parallel: bool
+    experts_per_gpu: int | None
+    total_gpus: int
+    max_concurrency_all_ranks: float
+    cpu_kv_cache_bytes: int
+    cpu_kv_cache_tokens: int
+    shared_prefix_tokens: int
+    effective_max_concurrency: float
+
+
 class CalibrationOut(BaseModel):
     """Set when observed vLLM start-ups of the same configuration corrected the prediction (live metrics)."""
 
@@ -226,6 +313,9 @@ class PlanResponse(BaseModel):
     stages: list[StageOut]
     projections: ProjectionsOut | None = None
     calibration: CalibrationOut | None = None
+    features: FeaturesOut | None = Field(
+        default=None, description="set when the request names serving features (speculative, LoRA, DP …)"
+    )
 
 
 class WorkloadIn(Schema):

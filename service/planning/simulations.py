@@ -153,7 +153,12 @@ def resolve_replica(snapshot: CatalogSnapshot, body: PlanRequestBody) -> Replica
     if gpu is None:
         raise Unprocessable.for_field("gpu", "a GPU is needed to time the engine steps")
     request = build_request(
-        resolved.spec, gpu, body, implied_quantization=resolved.implied_quantization, suggest=False
+        resolved.spec,
+        gpu,
+        body,
+        implied_quantization=resolved.implied_quantization,
+        snapshot=snapshot,
+        suggest=False,
     )
     try:
         result = plan(request)

@@ -40,8 +40,14 @@ class Layout(NamedTuple):
     messages: tuple[Message, ...]
 
 
-def lay_out(settings: Settings, shares: tuple[WeightShare, ...]) -> Layout:
-    """The KV layout of every pipeline stage, and the block size the pages settle on."""
+def lay_out(
+    settings: Settings, shares: tuple[WeightShare, ...], draft_specs: SpecCounts | None = None
+) -> Layout:
+    """The KV layout of every pipeline stage, and the block size the pages settle on.
+
+    ``draft_specs``: a draft model's or EAGLE/MTP head's attention layers, registered in the same KV cache
+    config as the target's and so paged in the same pool; they run with the last stage
+    (``vllm/v1/worker/gpu_model_runner.py::get_kv_cache_spec``)."""
     engine = settings.engine
     block_size = settings.block_size
     stages: list[StageLayout] = []
@@ -56,6 +62,8 @@ def lay_out(settings: Settings, shares: tuple[WeightShare, ...]) -> Layout:
             range(*share.layers),
             settings.dtype,
         )
+        if draft_specs and share.stage == len(shares) - 1:
+            specs = _merge(specs, draft_specs)
         if any(s.is_state for s, _ in specs) and any(not s.is_state for s, _ in specs):
             specs, raised_block, note = unify_page_sizes(
                 specs, kernel_block_alignment=_hybrid_block_alignment(settings)
@@ -101,6 +109,13 @@ def _hybrid_block_alignment(settings: Settings) -> int:
     kernel = 32 if settings.device == "cpu" else 16
     alignment = max(kernel, settings.block_size)
     return max(alignment, 128) if settings.model.uses_mla else alignment
+
+
+def _merge(counts: SpecCounts, more: SpecCounts) -> SpecCounts:
+    merged: dict[LayerKvSpec, int] = dict(counts)
+    for spec, count in more:
+        merged[spec] = merged.get(spec, 0) + count
+    return list(merged.items())
 
 
 def _as_full(counts: SpecCounts, kinds: frozenset[LayerType]) -> SpecCounts:

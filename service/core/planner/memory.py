@@ -12,9 +12,10 @@ with a band (``service.core.overheads``), so ``available`` comes with a low and 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import NamedTuple
 
-from service.core.overheads import Overheads, estimate_overheads, nvls_fabric
+from service.core.overheads import Estimate, Overheads, estimate_overheads, nvls_fabric
 from service.core.planner.settings import Settings, is_datacenter_blackwell
 from service.core.weights import WeightShare, weight_shares
 
@@ -53,8 +54,17 @@ class MemoryBudget(NamedTuple):
     stages: tuple[StageMemory, ...]
 
 
-def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> MemoryBudget:
-    """Stage 3: the budget and, per pipeline stage, the overheads charged before the KV cache."""
+def memory_budget(
+    settings: Settings,
+    shares: tuple[WeightShare, ...],
+    weight_delta: tuple[int, ...] | None = None,
+    extra_activation: int = 0,
+) -> MemoryBudget:
+    """Stage 3: the budget and, per pipeline stage, the overheads charged before the KV cache.
+
+    ``weight_delta`` is what the serving features add to (LoRA buffers, draft weights) or take from (CPU
+    offload, experts over DP) each stage's weights, ``extra_activation`` what the first stage's profile run adds
+    (the multimodal encoder's dummy batch) (``features.feature_costs``)."""
     engine, gpu = settings.engine, settings.gpu
     total = gpu.memory_bytes if gpu else 0
     util = settings.gpu_memory_utilization
@@ -65,6 +75,7 @@ def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> Memory
     )
     stages: list[StageMemory] = []
     for share in shares:
+        weights = share.total_bytes + (weight_delta[share.stage] if weight_delta else 0)
         overheads = estimate_overheads(
             settings.model,
             engine=engine,
@@ -81,10 +92,12 @@ def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> Memory
             quantization=settings.quantization.name if settings.quantization else None,
             coefficients=settings.coefficients,
         )
+        if extra_activation and share.stage == 0:
+            overheads = _with_encoder_profile(overheads, extra_activation)
         if settings.kv_cache_memory_bytes is not None:
             available = low = high = settings.kv_cache_memory_bytes
         else:
-            free = budget - share.total_bytes
+            free = budget - weights
             available = int(free - overheads.total_bytes)
             low = int(free - overheads.high_bytes)
             high = int(free - overheads.low_bytes)
@@ -92,7 +105,7 @@ def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> Memory
             StageMemory(
                 stage=share.stage,
                 layers=share.layers,
-                weights_bytes=share.total_bytes,
+                weights_bytes=weights,
                 overheads=overheads,
                 available_bytes=available,
                 available_low_bytes=low,
@@ -100,3 +113,17 @@ def memory_budget(settings: Settings, shares: tuple[WeightShare, ...]) -> Memory
             )
         )
     return MemoryBudget(total_bytes=total, budget_bytes=budget, stages=tuple(stages))
+
+
+def _with_encoder_profile(overheads: Overheads, extra: int) -> Overheads:
+    """The profile peak with the multimodal encoder's dummy batch held in the encoder cache on top."""
+    act = overheads.activation
+    return replace(
+        overheads,
+        activation=Estimate(
+            bytes=act.bytes + extra,
+            low=act.low + extra,
+            high=act.high + extra,
+            formula=f"{act.formula} + encoder cache of the profile batch",
+        ),
+    )

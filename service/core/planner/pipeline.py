@@ -16,6 +16,7 @@ import math
 
 from service.core.planner.blocks import concurrency, count_blocks, length_check
 from service.core.planner.breakdown import Breakdown, explain
+from service.core.planner.features import FeatureCosts, feature_costs, feature_outcome
 from service.core.planner.layout import lay_out
 from service.core.planner.memory import memory_budget, stage_weights
 from service.core.planner.request import PlanRequest
@@ -27,9 +28,10 @@ from service.core.planner.results import (
     StageResult,
     projection_counts,
 )
-from service.core.planner.settings import resolve_settings
+from service.core.planner.settings import Settings, resolve_settings
 from service.core.planner.suggestions import suggest
 from service.core.planner.verdict import judge
+from service.core.weights import WeightShare
 
 _NO_BREAKDOWN = Breakdown(messages=(), terms=())  # verdict-only plans (sweeps) explain nothing
 
@@ -38,13 +40,20 @@ def plan(request: PlanRequest) -> CapacityPlan:
     """What vLLM will allocate for ``request``, and whether it will start."""
     settings = resolve_settings(request)
     shares = stage_weights(settings)
-    memory = memory_budget(settings, shares)
-    layout = lay_out(settings, shares)
+    costs = serving_feature_costs(settings, shares) if settings.features is not None else None
+    memory = (
+        memory_budget(settings, shares, costs.weight_delta, costs.activation_delta)
+        if costs is not None
+        else memory_budget(settings, shares)
+    )
+    layout = lay_out(settings, shares, costs.draft_specs if costs else None)
     block_size = layout.block_size
     blocks = count_blocks(settings, layout, memory)
     check = length_check(settings, block_size, blocks)
     capacity = concurrency(settings, block_size, blocks, check)
     earlier = (*settings.messages, *layout.messages, *capacity.messages)
+    if costs is not None:
+        earlier = (*earlier, *costs.messages)
     verdict = judge(settings, memory, blocks, check, capacity, earlier)
     suggestions = (
         suggest(request, settings, capacity.max_model_len, capacity.max_model_len_that_fits, plan)
@@ -52,6 +61,26 @@ def plan(request: PlanRequest) -> CapacityPlan:
         else ()
     )
     breakdown = explain(settings, block_size, memory, blocks, capacity) if request.detail else _NO_BREAKDOWN
+    features = None
+    if costs is not None:
+        features, feature_terms, feature_messages = feature_outcome(
+            costs,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            pipeline_parallel_size=settings.pipeline_parallel_size,
+            num_gpu_blocks=blocks.num_gpu_blocks,
+            max_model_len=capacity.max_model_len,
+            max_concurrency=capacity.max_concurrency,
+            request_blocks=capacity.blocks_per_request,
+            block_size=block_size,
+            bytes_per_token=capacity.bytes_per_token,
+            num_groups=len(blocks.layout.groups),
+            layout=blocks.layout,
+        )
+        if request.detail:
+            breakdown = Breakdown(
+                messages=(*breakdown.messages, *feature_messages),
+                terms=(*breakdown.terms, *costs.terms, *feature_terms),
+            )
 
     engine, kv_bytes = settings.engine, settings.kv_cache_memory_bytes
     worst, lay = blocks.worst, blocks.layout
@@ -131,7 +160,28 @@ def plan(request: PlanRequest) -> CapacityPlan:
             else None
         ),
         exact=settings.exact,
+        features=features,
         layout=lay,
         in_flight_tokens=capacity.in_flight_tokens,
         state_pages=capacity.state_pages,
+    )
+
+
+def serving_feature_costs(settings: Settings, shares: tuple[WeightShare, ...]) -> FeatureCosts:
+    """Stage 2b, only when the request names serving features: their weights and KV layers per GPU."""
+    assert settings.features is not None
+    return feature_costs(
+        settings.features,
+        model=settings.model,
+        quantization=settings.quantization,
+        engine=settings.engine,
+        dtype=settings.dtype,
+        kv_dtype=settings.kv_dtype,
+        block_size=settings.block_size,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        stage_layers=tuple(s.layers for s in shares),
+        stage_weights=tuple(s.total_bytes for s in shares),
+        stage_experts=tuple(s.expert_bytes for s in shares),
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
     )

@@ -6,6 +6,7 @@ import operator
 from dataclasses import dataclass, fields
 
 from service.core.overheads import DEFAULT_COEFFICIENTS, OverheadCoefficients
+from service.core.planner.features import ServingFeatures
 from service.core.specs import GpuSpec, ModelSpec
 
 DEVICES = ("cuda", "rocm", "cpu")
@@ -49,6 +50,7 @@ class PlanRequest:
     mamba_ssm_cache_dtype: str | None = None  # --mamba-ssm-cache-dtype: the SSM/recurrent state (None: auto)
     cpu_avx512_bf16: bool = True  # --device cpu: the host has AVX512-BF16 (Intel Cooper Lake+, AMD Zen 4+)
     coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS
+    features: ServingFeatures | None = None  # speculative decoding, LoRA, offloading, DP/EP, prefix sharing
     suggest: bool = True
     detail: bool = (
         True  # False: verdict and numbers only (sweeps): no breakdown, no length search when it fits

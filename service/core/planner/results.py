@@ -111,6 +111,28 @@ class Projections:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FeaturesResult:
+    """What the serving features change (``service.core.planner.features``); per GPU unless named otherwise."""
+
+    speculative_method: str | None
+    num_speculative_tokens: int  # lookahead slots the scheduler reserves per running request
+    speculative_weights_bytes: int
+    speculative_kv_layers: int  # draft attention layers sharing the KV pool
+    blocks_per_request_with_lookahead: int
+    lora_bytes: int
+    cpu_offload_bytes: int
+    data_parallel_size: int
+    enable_expert_parallel: bool
+    experts_per_gpu: int | None
+    total_gpus: int  # TP × PP × DP
+    max_concurrency_all_ranks: float  # effective concurrency × DP (one KV cache per DP rank)
+    cpu_kv_cache_bytes: int
+    cpu_kv_cache_tokens: int
+    shared_prefix_tokens: int
+    effective_max_concurrency: float  # with the declared shared prefix (= max_concurrency without one)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityPlan:
     settings: ResolvedSettings
     kv_cache: KvCacheResult
@@ -123,6 +145,7 @@ class CapacityPlan:
     stages: tuple[StageResult, ...]
     projections: Projections | None = None
     exact: bool = False  # block counts are exact (the KV budget was given, not estimated)
+    features: FeaturesResult | None = None  # set when the request asked for serving features
     # For follow-up questions ("how many requests of N tokens fit?"); not part of the API response.
     layout: KvLayout | None = field(default=None, repr=False, compare=False)
     in_flight_tokens: int = 0

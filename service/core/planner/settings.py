@@ -24,6 +24,7 @@ from service.core.planner.checks import (
     scheduler_checks,
     tensor_parallel_messages,
 )
+from service.core.planner.features import ServingFeatures, check_features
 from service.core.planner.request import DEVICES, MAMBA_CACHE_DTYPES, PlanRequest
 from service.core.planner.results import Message
 from service.core.specs import GpuSpec, ModelSpec
@@ -57,6 +58,7 @@ class Settings(NamedTuple):
     enable_chunked_prefill: bool
     coefficients: OverheadCoefficients
     detail: bool
+    features: ServingFeatures | None
     exact: bool  # the KV budget or block count was given, so block counts are exact
     messages: tuple[Message, ...]
 
@@ -117,6 +119,7 @@ def resolve_settings(request: PlanRequest) -> Settings:
         enable_chunked_prefill=chunked,
         coefficients=request.coefficients,
         detail=request.detail,
+        features=request.features,
         exact=request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None,
         messages=tuple(messages),
     )
@@ -347,6 +350,8 @@ def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
         if value is not None and value < 1:
             raise InvalidSpec("must be ≥ 1", field=name)
     check_request_ranges(request)
+    if request.features is not None:
+        check_features(request.features, engine)
 
 
 def _is_blackwell(gpu: GpuSpec | None) -> bool:
