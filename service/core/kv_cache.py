@@ -48,6 +48,7 @@ class LayerKvSpec:
     state_bytes: int = 0  # Mamba/linear: conv + SSM state of one request
     padded_state_bytes: int | None = None
     prefill_checkpoint: bool = False  # Mamba2 mixers keep one prefill checkpoint page in align mode (0.32+)
+    speculative_blocks: int = 0  # Mamba state pages for the draft tokens (MambaSpec.num_speculative_blocks)
     # Derived once (specs are hashed and queried in tight loops by sweeps): see __post_init__.
     bytes_per_token: int = field(init=False, compare=False, default=0)
     page_size_bytes: int = field(init=False, compare=False, default=0)
@@ -84,7 +85,9 @@ class LayerKvSpec:
         if self.is_state:
             # MambaSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py, 0.32): align mode holds
             # 2 + num_prefill_checkpoint_blocks pages, and MambaMixer2 asks for one checkpoint block.
-            return state_pages + (1 if self.prefill_checkpoint and state_pages > 1 else 0)
+            # … plus num_speculative_blocks (= num_speculative_tokens) pages in either mode.
+            checkpoint = 1 if self.prefill_checkpoint and state_pages > 1 else 0
+            return state_pages + checkpoint + self.speculative_blocks
         if self.kind is LayerType.SLIDING:
             assert self.window_tokens is not None
             tokens = min(self.window_tokens - 1 + in_flight_tokens, max_model_len)
@@ -105,11 +108,15 @@ def kv_heads_per_rank(total_kv_heads: int, tensor_parallel_size: int) -> int:
     return max(1, total_kv_heads // tensor_parallel_size)
 
 
-def state_bytes(state: StateSpec, *, tensor_parallel_size: int, model_dtype: str) -> int:
+def state_bytes(
+    state: StateSpec, *, tensor_parallel_size: int, model_dtype: str, num_speculative_tokens: int = 0
+) -> int:
     """Bytes of the constant per-request state of one Mamba/linear-attention layer on one rank.
 
     Shapes per ``StateSpec``; vLLM extends the Mamba2 group count so that every rank owns whole groups
     (``extra_groups_for_head_shards``): when ``n_groups`` does not divide by TP, groups are replicated to TP.
+    With speculative decoding the Mamba2 and gated-DeltaNet conv states keep ``conv_kernel − 1 +
+    num_speculative_tokens`` rows (``MambaStateShapeCalculator``, ``num_spec``, vLLM 0.32); Mamba1 does not.
     """
     tp = tensor_parallel_size
     default_bytes = MODEL_DTYPE_BYTES[normalize_model_dtype(model_dtype)]
@@ -121,11 +128,13 @@ def state_bytes(state: StateSpec, *, tensor_parallel_size: int, model_dtype: str
     )
     if state.kind == "gated_delta_net":
         conv_dim = 2 * state.num_k_heads * state.head_k_dim + state.num_v_heads * state.head_v_dim
-        conv = (conv_dim // tp) * (state.conv_kernel - 1)
+        conv = (conv_dim // tp) * (state.conv_kernel - 1 + num_speculative_tokens)
         ssm = (state.num_v_heads // tp) * state.head_k_dim * state.head_v_dim
     elif state.kind == "mamba2":
         groups = state.n_groups if state.n_groups % tp == 0 else tp
-        conv = ((state.intermediate_size + 2 * groups * state.state_size) // tp) * (state.conv_kernel - 1)
+        conv = ((state.intermediate_size + 2 * groups * state.state_size) // tp) * (
+            state.conv_kernel - 1 + num_speculative_tokens
+        )
         ssm = prod((state.num_heads // tp, state.head_dim, state.state_size))
     else:
         conv = (state.intermediate_size // tp) * (state.conv_kernel - 1)
@@ -147,6 +156,7 @@ def layer_spec_counts(
     mla_dtype_bytes_override: int | None = None,
     model_dtype: str | None = None,
     mamba_prefill_checkpoint: bool = False,
+    num_speculative_tokens: int = 0,
 ) -> tuple[tuple[LayerKvSpec, int], ...]:
     """Distinct ``LayerKvSpec`` of a rank's cached layers with how many layers use each.
 
@@ -173,6 +183,7 @@ def layer_spec_counts(
                     tensor_parallel_size=tensor_parallel_size,
                     mla_dtype_bytes_override=mla_dtype_bytes_override,
                     mamba_prefill_checkpoint=mamba_prefill_checkpoint,
+                    num_speculative_tokens=num_speculative_tokens,
                 ),
                 count,
             )
@@ -211,6 +222,7 @@ def _layer_spec(
     tensor_parallel_size: int,
     mla_dtype_bytes_override: int | None,
     mamba_prefill_checkpoint: bool = False,
+    num_speculative_tokens: int = 0,
 ) -> LayerKvSpec:
     if kind.is_state:
         assert model.state is not None
@@ -218,9 +230,13 @@ def _layer_spec(
             kind=kind,
             block_size=block_size,
             state_bytes=state_bytes(
-                model.state, tensor_parallel_size=tensor_parallel_size, model_dtype=model.torch_dtype
+                model.state,
+                tensor_parallel_size=tensor_parallel_size,
+                model_dtype=model.torch_dtype,
+                num_speculative_tokens=num_speculative_tokens if model.state.kind != "mamba1" else 0,
             ),
             prefill_checkpoint=mamba_prefill_checkpoint and model.state.kind == "mamba2",
+            speculative_blocks=num_speculative_tokens,
         )
     if kind is LayerType.MLA:
         assert model.kv_lora_rank is not None and model.qk_rope_head_dim is not None

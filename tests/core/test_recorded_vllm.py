@@ -15,6 +15,7 @@ import pytest
 
 from service.core.hf_config import parse_hf_config
 from service.core.planner import PlanRequest, plan
+from service.core.planner.features import LoraConfig, ServingFeatures, SpeculativeConfig
 
 RECORDS = sorted((Path(__file__).resolve().parents[1] / "data" / "vllm_recorded").glob("*.json"))
 CASES = [p for p in RECORDS if json.loads(p.read_text()).get("started", True)]
@@ -28,6 +29,30 @@ def _flag(args: list[str], flag: str) -> str | None:
 def _int_flag(args: list[str], flag: str) -> int | None:
     value = _flag(args, flag)
     return int(value) if value is not None else None
+
+
+def features_for(case: dict[str, Any]) -> ServingFeatures | None:
+    """``--speculative-config`` (the draft's config.json is in the record) and ``--enable-lora`` flags."""
+    args = case["args"]
+    speculative = None
+    raw = _flag(args, "--speculative-config")
+    if raw is not None:
+        config = json.loads(raw)
+        draft = parse_hf_config(case["draft_hf_config"]) if "draft_hf_config" in case else None
+        speculative = SpeculativeConfig(
+            method=config.get("method") or "draft_model",
+            num_speculative_tokens=config.get("num_speculative_tokens"),
+            draft=draft,
+        )
+    lora = None
+    if "--enable-lora" in args:
+        lora = LoraConfig(
+            max_loras=_int_flag(args, "--max-loras") or 1,
+            max_lora_rank=_int_flag(args, "--max-lora-rank") or 16,
+        )
+    if speculative is None and lora is None:
+        return None
+    return ServingFeatures(speculative=speculative, lora=lora)
 
 
 def request_for(case: dict[str, Any]) -> PlanRequest:
@@ -49,6 +74,7 @@ def request_for(case: dict[str, Any]) -> PlanRequest:
         mamba_cache_dtype=_flag(args, "--mamba-cache-dtype"),
         mamba_ssm_cache_dtype=_flag(args, "--mamba-ssm-cache-dtype"),
         cpu_avx512_bf16=case.get("host", {}).get("avx512_bf16", True),
+        features=features_for(case),
     )
 
 
@@ -70,6 +96,10 @@ def test_there_are_recorded_cases_for_every_layer_kind() -> None:
         "gemma3n-kv-shared",
         "llama-gqa-lora",
         "llama-gqa-ngram",
+        "llama-gqa-draft",
+        "llama-gqa-eagle",
+        "deepseek-v3-mtp",
+        "granite-hybrid-ngram",
     ):
         assert needed in ids
     assert {p.stem for p in REFUSED} >= {"llama-gqa-block16-refused", "llama-gqa-maxlen-refused"}

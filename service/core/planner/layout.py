@@ -41,13 +41,17 @@ class Layout(NamedTuple):
 
 
 def lay_out(
-    settings: Settings, shares: tuple[WeightShare, ...], draft_specs: SpecCounts | None = None
+    settings: Settings,
+    shares: tuple[WeightShare, ...],
+    draft_specs: SpecCounts | None = None,
+    num_speculative_tokens: int = 0,
 ) -> Layout:
     """The KV layout of every pipeline stage, and the block size the pages settle on.
 
     ``draft_specs``: a draft model's or EAGLE/MTP head's attention layers, registered in the same KV cache
     config as the target's and so paged in the same pool; they run with the last stage
-    (``vllm/v1/worker/gpu_model_runner.py::get_kv_cache_spec``)."""
+    (``vllm/v1/worker/gpu_model_runner.py::get_kv_cache_spec``). ``num_speculative_tokens`` sizes the Mamba
+    state's speculative rows and pages (V1)."""
     engine = settings.engine
     block_size = settings.block_size
     stages: list[StageLayout] = []
@@ -61,6 +65,7 @@ def lay_out(
             settings.tensor_parallel_size,
             range(*share.layers),
             settings.dtype,
+            num_speculative_tokens,
         )
         if draft_specs and share.stage == len(shares) - 1:
             specs = _merge(specs, draft_specs)
@@ -136,6 +141,7 @@ def _stage_specs(
     tp: int,
     layers: range,
     dtype: str,
+    num_speculative_tokens: int = 0,
 ) -> tuple[SpecCounts, list[str]]:
     notes: list[str] = []
     counts: SpecCounts = list(
@@ -147,6 +153,7 @@ def _stage_specs(
             layers=layers,
             model_dtype=dtype,
             mamba_prefill_checkpoint=engine.mamba_prefill_checkpoint,
+            num_speculative_tokens=0 if engine.v0 else num_speculative_tokens,
         )
     )
     present = {spec.kind for spec, _ in counts}

@@ -46,7 +46,12 @@ def plan(request: PlanRequest) -> CapacityPlan:
         if costs is not None
         else memory_budget(settings, shares)
     )
-    layout = lay_out(settings, shares, costs.draft_specs if costs else None)
+    layout = lay_out(
+        settings,
+        shares,
+        costs.draft_specs if costs else None,
+        costs.num_speculative_tokens if costs else 0,
+    )
     block_size = layout.block_size
     blocks = count_blocks(settings, layout, memory)
     check = length_check(settings, block_size, blocks)
