@@ -6,6 +6,11 @@ Two plan rows: requests rotating through six configurations (after the first rou
 the plan cache, as repeated pipeline checks and dashboard polls are), and requests that each ask for a
 configuration never planned before (resolving names, the planner, validation and serialising the response).
 
+The baseline is the floor of the framework for the same exchange: a bare FastAPI endpoint (no kvcap
+middleware) that parses the same body into the same request model (``PlanRequestBody``) and answers with a
+plan-sized JSON (the bytes of a real plan, serialised once at start-up). A plan row's ratio against it is what
+kvcap adds on top of FastAPI: names resolved, the planner, the response, the middleware.
+
 Run: ``python -m bench.bench_api [--rate 100] [--seconds 8]``.
 """
 
@@ -17,8 +22,13 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench.bench_admission import STOPPED_POSTGRES, bare_app, drive, serve
+from fastapi import FastAPI, Response
+
+from bench.bench_admission import STOPPED_POSTGRES, drive, serve
 from service.app import create_app
+from service.catalog.builtin import builtin_snapshot
+from service.planning.schemas import PlanRequestBody
+from service.planning.service import make_plan
 from service.settings import Settings
 
 PLANS: list[dict[str, Any]] = [
@@ -40,6 +50,20 @@ def new_plan_body(i: int, _unused: list[dict[str, Any]]) -> dict[str, Any]:
     return {**PLANS[i % len(PLANS)], "max_model_len": 2048 + i}
 
 
+def bare_plan_app() -> FastAPI:
+    """FastAPI's floor for a plan exchange: the same body parsed into ``PlanRequestBody``, a plan-sized answer."""
+    app = FastAPI()
+    answer = (
+        make_plan(builtin_snapshot(), PlanRequestBody.model_validate(PLANS[0])).model_dump_json().encode()
+    )
+
+    @app.post("/bare")
+    async def bare(body: PlanRequestBody) -> Response:  # noqa: ARG001 (parsed, as a plan is)
+        return Response(answer, media_type="application/json")
+
+    return app
+
+
 def _load(url: str, rate: float, seconds: float, fresh: bool = False) -> dict[str, Any]:
     make = new_plan_body if fresh else plan_body
     return asyncio.run(drive(url, make, [], rate=rate, seconds=seconds, client="raw"))
@@ -52,7 +76,7 @@ def run(*, rate: float = 100.0, seconds: float = 8.0) -> list[dict[str, Any]]:
         with serve(app) as base:
             plans = pool.submit(_load, f"{base}/v1/plans", rate, seconds).result()
             fresh = pool.submit(_load, f"{base}/v1/plans", rate, seconds, True).result()
-        with serve(bare_app()) as base:
+        with serve(bare_plan_app()) as base:
             bare = pool.submit(_load, f"{base}/bare", rate, seconds).result()
     rows.append(
         {
