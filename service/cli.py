@@ -15,6 +15,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from service.admission.cli import check as check_command
+from service.cli_fast import (
+    CommandError,
+    PlanOptions,
+    post_json,
+    run_plan,
+    validation_message,
+)
+from service.cli_fast import capacity_lengths as capacity_lengths  # public: the capacity table's lengths
 from service.deployments.replan_cli import replan_command
 from service.planning.simulate_cli import simulate_command
 
@@ -22,7 +30,6 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
     from rich.console import Console
 
-    from service.planning.schemas import PlanRequestBody, PlanResponse
 
 # Each command imports what it needs when it runs (pipelines call `kvcap check` once per manifest, so start-up is
 # the cost): an offline plan never loads the web, HTTP or database stack. tests/test_cli_imports.py holds this.
@@ -174,29 +181,15 @@ def catalog_load(
 
 
 def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        loc = ".".join(str(p) for p in error["loc"])
-        parts.append(f"{loc}: {error['msg']}")
-    return "; ".join(parts)
+    return validation_message(exc)
 
 
 def _post(server: str, path: str, body: dict[str, object]) -> dict[str, object]:
     """Ask a kvcap server; its 4xx become exit 2 with the server's message."""
-    import httpx
-
     try:
-        response = httpx.post(server.rstrip("/") + path, json=body, timeout=30)
-    except httpx.HTTPError as exc:
-        raise _fail(f"cannot reach {server}: {exc}") from None
-    if response.status_code >= 400:
-        try:
-            detail = response.json().get("detail")
-        except ValueError:
-            detail = response.text[:500]
-        raise _fail(f"{server} answered {response.status_code}: {detail}")
-    data: dict[str, object] = response.json()
-    return data
+        return post_json(server, path, body)
+    except CommandError as exc:
+        raise _fail(exc.message) from None
 
 
 @app.command()
@@ -268,25 +261,9 @@ def plan(
     ] = None,
 ) -> None:
     """Predict vLLM's KV cache for a model on a GPU. Exit 1 when vLLM would not start, 2 for bad input."""
-    from pydantic import ValidationError
-
-    from service.catalog.builtin import builtin_snapshot
-    from service.core.errors import CoreError
-    from service.errors import ServiceError
-    from service.planning.cli_args import (
-        FlagError,
-        feature_fields,
-        json_object_value,
-        max_model_len_value,
-        model_reference,
-    )
-    from service.planning.schemas import InlineGpu, PlanRequestBody, PlanResponse
-    from service.planning.service import make_plan
-    from service.render import render_capacity_curve, render_plan
+    from service.planning.cli_args import FlagError, feature_fields, json_object_value
 
     try:
-        model_ref = model_reference(model, hf_config, num_parameters)
-        length = max_model_len_value(max_model_len)
         features = feature_fields(
             speculative_config=json_object_value("--speculative-config", speculative_config),
             enable_lora=enable_lora,
@@ -306,97 +283,36 @@ def plan(
         )
     except FlagError as exc:
         raise _fail(str(exc)) from None
-    gpu_ref: str | InlineGpu | None = gpu
-    if gpu_memory_bytes is not None:
-        gpu_ref = InlineGpu(memory_bytes=gpu_memory_bytes, name=gpu or "custom")
-    fields: dict[str, object] = {
-        "model": model_ref,
-        "gpu": gpu_ref,
-        "engine": engine,
-        "tensor_parallel_size": tensor_parallel_size,
-        "pipeline_parallel_size": pipeline_parallel_size,
-        "max_model_len": length,
-        "kv_cache_dtype": kv_cache_dtype,
-        "quantization": quantization,
-        "dtype": dtype,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "kv_cache_memory_bytes": kv_cache_memory_bytes,
-        "block_size": block_size,
-        "max_num_seqs": max_num_seqs,
-        "max_num_batched_tokens": max_num_batched_tokens,
-        "enforce_eager": enforce_eager,
-        "device": device,
-        "mamba_cache_dtype": mamba_cache_dtype,
-        "mamba_ssm_cache_dtype": mamba_ssm_cache_dtype,
-        "cpu_avx512_bf16": cpu_avx512_bf16,
-        "prompt_tokens": prompt_tokens,
-        "output_tokens": output_tokens,
-        **features,
-    }
-    try:
-        body = PlanRequestBody.model_validate(fields)
-    except ValidationError as exc:
-        raise _fail(_validation_message(exc)) from None
-    if server:
-        result = PlanResponse.model_validate(
-            _post(server, "/v1/plans", body.model_dump(mode="json", exclude_none=True))
-        )
-    else:
-        try:
-            result = make_plan(builtin_snapshot(), body)
-        except (ServiceError, CoreError) as exc:
-            raise _fail(str(exc.message if isinstance(exc, ServiceError) else exc)) from None
-    if as_json:
-        print(result.model_dump_json(indent=2))
-    else:
-        console = _out()
-        render_plan(console, result)
-        render_capacity_curve(console, _capacity_rows(body, result, server))
-    raise typer.Exit(0 if result.fits else 1)
-
-
-def capacity_lengths(max_model_len: int, model_max: int) -> list[int]:
-    """Context lengths for the capacity table: powers of two from 2,048 up to the model's maximum, and the
-    current setting."""
-    lengths = {max_model_len, model_max}
-    length = 2048
-    while length < model_max:
-        lengths.add(length)
-        length *= 2
-    return sorted(lengths)[-8:]
-
-
-def _capacity_rows(
-    body: PlanRequestBody, result: PlanResponse, server: str | None
-) -> list[tuple[int, PlanResponse]]:
-    """The same plan at other ``max_model_len`` values, as the planner answers each (offline or the server)."""
-    from service.catalog.builtin import builtin_snapshot
-    from service.core.errors import CoreError
-    from service.errors import ServiceError
-    from service.planning.schemas import PlanResponse
-    from service.planning.service import make_plan
-
-    def at(length: int | None) -> PlanResponse | None:
-        changed = body.model_copy(
-            update={"max_model_len": length, "prompt_tokens": None, "output_tokens": None}
-        )
-        try:
-            if server:
-                return PlanResponse.model_validate(
-                    _post(server, "/v1/plans", changed.model_dump(mode="json", exclude_none=True))
-                )
-            return make_plan(builtin_snapshot(), changed)
-        except (ServiceError, CoreError, typer.Exit):
-            return None
-
-    default = result if body.max_model_len is None else at(None)
-    model_max = default.settings.max_model_len if default is not None else result.settings.max_model_len
-    rows: list[tuple[int, PlanResponse]] = []
-    for length in capacity_lengths(result.settings.max_model_len, model_max):
-        answer = result if length == result.settings.max_model_len else at(length)
-        if answer is not None:
-            rows.append((length, answer))
-    return rows
+    options = PlanOptions(
+        model=model,
+        hf_config=hf_config,
+        num_parameters=num_parameters,
+        gpu=gpu,
+        gpu_memory_bytes=gpu_memory_bytes,
+        engine=engine,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        max_model_len=max_model_len,
+        kv_cache_dtype=kv_cache_dtype,
+        quantization=quantization,
+        dtype=dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        block_size=block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enforce_eager=enforce_eager,
+        device=device,
+        mamba_cache_dtype=mamba_cache_dtype,
+        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+        cpu_avx512_bf16=cpu_avx512_bf16,
+        features=features,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        as_json=as_json,
+        server=server,
+    )
+    raise typer.Exit(run_plan(options))  # the body is typer-free: `kvcap plan` runs it before typer loads
 
 
 def _workload(

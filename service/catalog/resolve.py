@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from service.catalog.snapshot import CatalogGpu, CatalogModel, CatalogSnapshot
 
@@ -79,6 +80,7 @@ def _core(tokens: list[str]) -> tuple[str, ...]:
     return tuple(t for t in tokens if t not in _VARIANT_WORDS and not re.fullmatch(r"\d{4}", t))
 
 
+@lru_cache(maxsize=1024)  # a pure function of the name; plans ask it for the same few names again and again
 def implied_quantization(name: str) -> str | None:
     """The quantisation a model name announces (``…-AWQ`` → awq, ``…-GPTQ-Int8`` → gptq-int8)."""
     tokens = set(_tokens(name))

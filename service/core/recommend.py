@@ -393,7 +393,7 @@ def _slo_text(workload: Workload) -> str:
     return f"{workload.slo_percentile} " + " and ".join(parts) if parts else "no SLO (saturated throughput)"
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=4096)  # above a catalog-wide sweep's options (26 GPUs × 24 ≈ 620), so a repeat hits
 def _rate_search(
     request: PlanRequest,
     slo: SloTarget,
@@ -690,11 +690,14 @@ def sweep(
     kv_cache_dtypes: Sequence[str] = ("auto", "fp8"),
     quantizations: Sequence[str | None] = (None, "fp8", "awq"),
     simulate: bool = True,
+    simulate_every_option: bool = False,
 ) -> list[Option]:
     """Every GPU × TP × KV dtype × quantisation option for the model and workload, ranked by cost.
 
     Every option gets its roofline figures; the serving simulator then sizes the cheapest ones, in roofline
-    order, until the roofline bound shows that no option left can be cheaper (``_simulate_cheapest``).
+    order, until the roofline bound shows that no option left can be cheaper (``_simulate_cheapest``). With
+    ``simulate_every_option`` every option the roofline does not already exclude is simulated (each with its
+    simulated per-replica rate at the SLO), not only the cheapest.
 
     Options whose weights alone exceed the GPU are rejected before any planning (most of a large catalog for a
     large model), so a sweep stays fast; the rest are evaluated in full.
@@ -772,12 +775,27 @@ def sweep(
                     options.append(bound)
                     if bound.feasible:
                         planned.append((bound, candidate, reasons))
-    return rank(options if not simulate else _simulate_cheapest(options, planned, workload))
+    if not simulate:
+        return rank(options)
+    if simulate_every_option:
+        return rank(_simulate_every(options, planned, workload))
+    return rank(_simulate_cheapest(options, planned, workload))
 
 
 SWEEP_SEARCH = Search(num_prompts=SWEEP_NUM_PROMPTS, search_max_num_seqs=False)
 SWEEP_MAX_SIMULATED = 8
 """A sweep simulates at most this many options (the cheapest by roofline cost); the rest keep roofline figures."""
+
+
+def _simulate_every(
+    options: list[Option], planned: list[tuple[Option, PlanRequest, list[str]]], workload: Workload
+) -> list[Option]:
+    """Simulate every option whose roofline bound serves the workload (the others cannot: the simulated rate
+    is capped by the roofline's)."""
+    by_id = {id(option): index for index, option in enumerate(options)}
+    for bound, candidate, reasons in planned:
+        options[by_id[id(bound)]] = _evaluate(candidate, workload, list(reasons), SWEEP_SEARCH)
+    return options
 
 
 def _simulate_cheapest(

@@ -18,27 +18,52 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from service.core.engines import resolve_engine
-from service.planning.schemas import CalibrationOut, MessageOut, PlanResponse
+from service.planning.schemas import CalibrationOut, MessageOut, PlanResponse, SettingsOut, Subject
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+    from service.core.planner import CapacityPlan
+
 
 def configuration_of(plan: PlanResponse) -> dict[str, Any]:
     """The inputs that decide vLLM's allocation, as resolved by the plan."""
-    settings = plan.settings.model_dump()
+    return _configuration(plan.model, plan.gpu, plan.memory.total_bytes, plan.settings.model_dump())
+
+
+def _configuration(
+    model: Subject, gpu: Subject | None, total_bytes: int, settings: dict[str, Any]
+) -> dict[str, Any]:
     return {
-        "model": plan.model.name if plan.model.source == "catalog" else f"inline:{plan.model.name}",
-        "gpu": (plan.gpu.name if plan.gpu.source == "catalog" else f"inline:{plan.memory.total_bytes}")
-        if plan.gpu
-        else None,
+        "model": model.name if model.source == "catalog" else f"inline:{model.name}",
+        "gpu": (gpu.name if gpu.source == "catalog" else f"inline:{total_bytes}") if gpu else None,
         **settings,
     }
 
 
-def calibration_key(plan: PlanResponse) -> str:
-    canonical = json.dumps(configuration_of(plan), sort_keys=True, separators=(",", ":"))
+def _key(configuration: dict[str, Any]) -> str:
+    canonical = json.dumps(configuration, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def calibration_key(plan: PlanResponse) -> str:
+    return _key(configuration_of(plan))
+
+
+_SETTINGS_FIELDS = tuple(SettingsOut.model_fields)
+
+
+def calibration_key_of(result: CapacityPlan, *, model: Subject, gpu: Subject | None) -> str:
+    """``calibration_key`` of the response the core's ``result`` becomes, read from the result itself.
+
+    The response's settings are the core's ``ResolvedSettings`` field for field; only the utilisation is a
+    float in the response whatever number the core holds, so it is made one here (the key hashes its JSON).
+    """
+    resolved = result.settings
+    settings = {name: getattr(resolved, name) for name in _SETTINGS_FIELDS}
+    if settings["gpu_memory_utilization"] is not None:
+        settings["gpu_memory_utilization"] = float(settings["gpu_memory_utilization"])
+    return _key(_configuration(model, gpu, result.memory.total_bytes, settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +102,21 @@ class CalibrationHolder:
         self.generation += 1
 
 
-def apply_calibration(plan: PlanResponse, holder: CalibrationHolder | None) -> PlanResponse:
+def calibration_for(key: str, holder: CalibrationHolder | None, *, exact: bool) -> Calibration | None:
+    """The observations that correct a plan of configuration ``key``; exact plans (KV budget given) never are."""
+    found = holder.by_key.get(key) if holder else None
+    return None if exact else found
+
+
+def apply_calibration(
+    plan: PlanResponse, holder: CalibrationHolder | None, *, key: str | None = None
+) -> PlanResponse:
     """The plan with observed blocks for its configuration, or unchanged (with ``calibration.applied`` false).
 
     Exact plans (KV budget given) are never calibrated: their count is already what vLLM allocates.
+    ``key`` is the plan's ``calibration_key`` when the caller has it already.
     """
-    key = calibration_key(plan)
+    key = key or calibration_key(plan)
     found = holder.by_key.get(key) if holder else None
     if found is None or plan.exact:
         return plan.model_copy(update={"calibration": CalibrationOut(applied=False, key=key)})

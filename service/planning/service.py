@@ -22,8 +22,14 @@ from service.core.planner.features import (
 )
 from service.core.specs import GpuSpec, ModelSpec
 from service.errors import Unprocessable
-from service.planning.calibration import CalibrationHolder, apply_calibration
+from service.planning.calibration import (
+    CalibrationHolder,
+    apply_calibration,
+    calibration_for,
+    calibration_key_of,
+)
 from service.planning.schemas import (
+    CalibrationOut,
     InlineGpu,
     InlineModel,
     PlanRequestBody,
@@ -232,12 +238,22 @@ def build_request(
 _INTERNAL_FIELDS = frozenset({"layout", "in_flight_tokens", "state_pages"})
 
 
-def to_response(result: CapacityPlan, *, model: Subject, gpu: Subject | None) -> PlanResponse:
+_RESPONSE_FIELDS = tuple(f.name for f in dataclasses.fields(CapacityPlan) if f.name not in _INTERNAL_FIELDS)
+
+
+def to_response(
+    result: CapacityPlan,
+    *,
+    model: Subject,
+    gpu: Subject | None,
+    calibration: CalibrationOut | None = None,
+) -> PlanResponse:
     """Validate the core's dataclasses straight into the response models (attribute access, no deep copies)."""
-    data = {
-        f.name: getattr(result, f.name) for f in dataclasses.fields(result) if f.name not in _INTERNAL_FIELDS
-    }
-    return PlanResponse.model_validate({**data, "model": model, "gpu": gpu}, from_attributes=True)
+    data = {name: getattr(result, name) for name in _RESPONSE_FIELDS}
+    data["model"], data["gpu"] = model, gpu
+    if calibration is not None:
+        data["calibration"] = calibration
+    return PlanResponse.model_validate(data, from_attributes=True)
 
 
 def make_plan(
@@ -258,4 +274,9 @@ def make_plan(
         result = plan(request)
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None
-    return apply_calibration(to_response(result, model=resolved.subject, gpu=gpu_subject), calibrations)
+    key = calibration_key_of(result, model=resolved.subject, gpu=gpu_subject)
+    if calibration_for(key, calibrations, exact=result.exact) is None:  # the usual case: built once, as is
+        uncalibrated = CalibrationOut(applied=False, key=key)
+        return to_response(result, model=resolved.subject, gpu=gpu_subject, calibration=uncalibrated)
+    response = to_response(result, model=resolved.subject, gpu=gpu_subject)
+    return apply_calibration(response, calibrations, key=key)

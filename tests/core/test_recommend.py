@@ -299,6 +299,34 @@ def test_a_sweep_option_is_the_same_as_evaluating_that_option_alone() -> None:
         assert dataclasses.replace(alone, simulations=0) == dataclasses.replace(option, simulations=0)
 
 
+def test_simulating_every_option_sizes_each_roofline_feasible_option_as_evaluating_it_alone() -> None:
+    workload = Workload(requests_per_second=5, prompt_tokens=1000, output_tokens=200, tpot_seconds=0.05)
+    bounds = sweep(PlanRequest(model=LLAMA_8B), workload, [H100], simulate=False)
+    options = sweep(PlanRequest(model=LLAMA_8B), workload, [H100], simulate_every_option=True)
+    feasible_by_roofline = {
+        (o.tensor_parallel_size, o.kv_cache_dtype, o.quantization) for o in bounds if o.feasible
+    }
+    simulated = [o for o in options if o.plan is not None and o.sizing == "simulated"]
+    assert len(feasible_by_roofline) > SWEEP_MAX_SIMULATED  # more than the cheapest-first sweep simulates
+    assert {(o.tensor_parallel_size, o.kv_cache_dtype, o.quantization) for o in simulated} == (
+        feasible_by_roofline
+    )
+    assert not any(o.sizing == "roofline" for o in options)
+    for option in simulated:
+        alone = evaluate(
+            PlanRequest(
+                model=LLAMA_8B,
+                gpu=H100,
+                tensor_parallel_size=option.tensor_parallel_size,
+                kv_cache_dtype=option.kv_cache_dtype,
+                quantization=option.quantization or "none",
+            ),
+            workload,
+            search=SWEEP_SEARCH,
+        )
+        assert dataclasses.replace(alone, simulations=0) == dataclasses.replace(option, simulations=0)
+
+
 def test_a_sweep_ranks_simulated_options_before_unsimulated_roofline_bounds() -> None:
     workload = Workload(requests_per_second=5, prompt_tokens=1000, output_tokens=200)
     options = sweep(PlanRequest(model=LLAMA_8B), workload, [H100], tensor_parallel_sizes=[1, 2, 4])

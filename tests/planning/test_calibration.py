@@ -71,3 +71,26 @@ async def test_the_api_reports_calibration(client: httpx.AsyncClient) -> None:
     response = (await client.post("/v1/plans", json=BODY)).json()
     assert response["calibration"]["applied"] is False
     assert len(response["calibration"]["key"]) == 32
+
+
+def test_the_key_read_from_the_core_result_is_the_key_of_the_response() -> None:
+    """Plans compute the calibration key before building the response; it must hash the same configuration as
+    ``calibration_key(response)`` does (the stored observations are looked up by it)."""
+    catalog = builtin_snapshot()
+    bodies = [
+        BODY,
+        {
+            "model": "llama-3.1-70b",
+            "gpu": "h100-sxm-80gb",
+            "tensor_parallel_size": 4,
+            "kv_cache_dtype": "fp8",
+        },
+        {"model": "qwen3-30b-a3b", "gpu": "l4", "engine": "vllm-0.10-v0"},  # refused: suggestions, V0
+        {"model": "gemma-3-27b", "gpu": "l40s", "gpu_memory_utilization": 1, "max_model_len": "auto"},
+        {"model": "llama-3.1-8b", "gpu": {"memory_bytes": 48 * 2**30, "name": "lab"}, "device": "rocm"},
+        {"model": "mistral-7b-v0.1", "kv_cache_memory_bytes": 2**33, "engine": "vllm-0.20"},
+    ]
+    for body in bodies:
+        plan = make_plan(catalog, PlanRequestBody.model_validate(body))
+        assert plan.calibration is not None
+        assert plan.calibration.key == calibration_key(plan), body

@@ -170,10 +170,16 @@ class LengthCheck(NamedTuple):
         return all(self.needed_bytes(s, length) <= self.available_bytes(s) for s in stages)
 
     def largest_fitting(self, stages: tuple[PipelineStage, ...], limit: int) -> int:
-        """Binary search for the longest request that passes the check (0 when not even one token does)."""
+        """Binary search for the longest request that passes the check (0 when not even one token does).
+
+        The check is monotone in the length, so when the limit itself passes (the usual case: the model's
+        whole context fits) it is the answer without a search.
+        """
         if limit < 1 or not self.fits(stages, 1):
             return 0
-        lo, hi = 1, limit
+        if self.fits(stages, limit):
+            return limit
+        lo, hi = 1, limit - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if self.fits(stages, mid):

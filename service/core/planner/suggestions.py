@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from service.core.errors import InvalidSpec
-from service.core.planner.request import PlanRequest
+from service.core.planner.request import PlanRequest, with_changes
 from service.core.planner.results import CapacityPlan, Suggestion
 from service.core.planner.settings import Settings
 from service.core.units import fmt_int
@@ -19,12 +18,16 @@ def suggest(
     max_model_len_that_fits: int,
     replan: Callable[[PlanRequest], CapacityPlan],
 ) -> tuple[Suggestion, ...]:
-    """One change at a time, kept when ``replan`` of the changed request fits (the planner passes itself)."""
+    """One change at a time, kept when ``replan`` of the changed request fits (the planner passes itself).
+
+    Only the verdict of a re-plan is read, so each is a verdict-only plan (no suggestions of its own, no
+    breakdown, no length search): ``fits`` does not depend on either.
+    """
     out: list[Suggestion] = []
 
     def works(**changes: object) -> bool:
         try:
-            candidate = replan(replace(request, suggest=False, **changes))  # type: ignore[arg-type]
+            candidate = replan(with_changes(request, suggest=False, detail=False, **changes))
         except InvalidSpec:
             return False
         return candidate.fits

@@ -9,6 +9,8 @@ log scale:
    The search never goes above ``CEILING_FRACTION`` (95 %) of it: a finite run at ρ = 1 builds only a short
    queue and can pass a TTFT target that a steady state at that rate — whose queue grows without bound — would
    miss.
+   The top of the bracket is simulated first: when the SLO holds there it is the answer, and no other rate
+   is simulated (the metric grows with the rate, so the floor below it would pass too).
 2. **Floor**: 2 % of the ceiling. If the SLO fails there, queueing is not the problem (a single prefill or
    decode step is too slow) and the answer is 0.
 3. **False position** (Illinois variant) on ``log(metric / SLO)`` against the rate, between the floor (passes)
@@ -111,19 +113,20 @@ def max_rate_within_slo(
     simulations = 1
     if ceiling <= 0:
         return RateSearchResult(max_request_rate=0.0, at_rate=None, ceiling_request_rate=0.0, simulations=1)
-    low_rate = ceiling * FLOOR_FRACTION
-    low = run(low_rate)
-    simulations += 1
-    if not slo.met_by(low.result):
-        return RateSearchResult(
-            max_request_rate=0.0, at_rate=None, ceiling_request_rate=ceiling, simulations=simulations
-        )
+    # The top of the bracket first: when it passes it is the answer, and the floor need not be simulated.
     high_rate = ceiling * CEILING_FRACTION
     high = run(high_rate)
     simulations += 1
     if slo.met_by(high.result):
         return RateSearchResult(
             max_request_rate=high_rate, at_rate=high, ceiling_request_rate=ceiling, simulations=simulations
+        )
+    low_rate = ceiling * FLOOR_FRACTION
+    low = run(low_rate)
+    simulations += 1
+    if not slo.met_by(low.result):
+        return RateSearchResult(
+            max_request_rate=0.0, at_rate=None, ceiling_request_rate=ceiling, simulations=simulations
         )
     best_rate, best = low_rate, low
     f_low, f_high = slo.margin(low.result), slo.margin(high.result)

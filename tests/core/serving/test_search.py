@@ -65,6 +65,15 @@ def test_a_loose_slo_stops_just_below_the_saturation_ceiling() -> None:
     # Never the ceiling itself: a steady state at ρ = 1 has an unbounded queue.
     assert math.isclose(found.max_request_rate, CEILING_FRACTION * found.ceiling_request_rate)
     assert found.ceiling_request_rate > 0
+    # The saturated run and the top of the bracket, which passes: the floor is never simulated.
+    assert found.simulations == 2
+
+
+def test_a_zero_answer_simulates_the_ceiling_the_top_and_the_floor() -> None:
+    found = max_rate_within_slo(
+        REQUEST, SloTarget(tpot_seconds=0.001), prompt_tokens=256, output_tokens=32, num_prompts=50
+    )
+    assert found.max_request_rate == 0.0 and found.simulations == 3
 
 
 def test_slo_values_are_validated() -> None:

@@ -1,0 +1,128 @@
+"""The ``kvcap`` entry point answers offline `plan` / `check` before typer loads, exactly as the typer app does.
+
+Each command line runs twice in fresh interpreters: through the entry point (``service.cli_fast``) and through
+the typer app (``service.cli``); the exit code, stdout and stderr must be the same. Command lines the fast path
+does not read (help, a typo, a value typer refuses) are handed to the typer app, so they exit as it does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.cli_fast import PlanOptions, _NotPlain, _plain_check, _plain_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+RENDERED = str(ROOT / "tests" / "admission" / "data" / "rendered-chart.yaml")
+ENV = {**os.environ, "COLUMNS": "150"}
+
+
+def _run(module: str, *args: str) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb"),  # text, with the capacity table
+        ("plan", "-m", "llama-3.1-70b", "-g", "l4", "--json"),  # refused: exit 1, suggestions
+        ("plan", "--model=qwen3-30b-a3b", "--gpu=h200", "-tp", "2", "--max-model-len", "auto", "--json"),
+        ("plan", "--model", "no-such-model", "--gpu", "h100-sxm-80gb"),  # exit 2 with the message
+        ("plan", "--gpu", "h100-sxm-80gb"),  # neither --model nor --hf-config
+        ("check", "-f", RENDERED, "--json"),
+        ("check", "--filename", RENDERED),
+    ],
+)
+def test_the_entry_point_answers_as_the_typer_app_does(args: tuple[str, ...]) -> None:
+    assert _run("service.cli_fast", *args) == _run("service.cli", *args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("plan", "--help"),
+        ("plan", "--model", "llama-3.1-8b", "--tensor-parallel-size", "two"),  # typer's "not a valid integer"
+        ("plan", "--model", "llama-3.1-8b", "--no-such-flag"),
+        ("check",),  # missing --filename
+    ],
+)
+def test_command_lines_it_does_not_read_exit_as_the_typer_app_does(args: tuple[str, ...]) -> None:
+    fast_code, _, _ = _run("service.cli_fast", *args)
+    typer_code, _, _ = _run("service.cli", *args)
+    assert fast_code == typer_code
+    assert typer_code in (0, 2)
+
+
+_PROBE = """
+import json, sys
+sys.argv = ["kvcap", *json.loads(sys.argv[1])]
+from service.cli_fast import fast_path
+code = fast_path(sys.argv[1:])
+print(json.dumps({"code": code, "typer": sorted({"typer", "click"} & {m.split(".")[0] for m in sys.modules})}),
+      file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb", "--json"], ["check", "-f", RENDERED]],
+)
+def test_an_offline_plan_or_check_loads_neither_typer_nor_click(args: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report == {"code": 0, "typer": []}
+
+
+def test_the_reader_takes_the_declared_spellings_and_types() -> None:
+    options = _plain_plan(
+        ["-m", "x", "--gpu=l4", "-tp", "4", "--gpu-memory-utilization", "0.8", "--enforce-eager", "--json"]
+    )
+    assert options == PlanOptions(
+        model="x",
+        gpu="l4",
+        tensor_parallel_size=4,
+        gpu_memory_utilization=0.8,
+        enforce_eager=True,
+        as_json=True,
+    )
+    assert _plain_check(["-f", "a.yaml", "--file", "-", "--filename", "dir"]) == (
+        ["a.yaml", "-", "dir"],
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model"],  # no value
+        ["--model", "--gpu"],  # a value that looks like an option: typer decides
+        ["--json=yes"],  # a flag with a value
+        ["--block-size", "16.5"],  # not an int
+        ["-m", "a", "-m", "b"],  # repeated
+        ["--server", "http://kvcap"],  # online: the typer app
+        ["-mllama"],  # a short option glued to its value
+    ],
+)
+def test_anything_else_is_left_to_the_typer_app(args: list[str]) -> None:
+    with pytest.raises(_NotPlain):
+        _plain_plan(args)
