@@ -121,6 +121,9 @@ async def test_a_deployment_that_will_not_start_says_why_and_how_to_fix_it(clien
         ({"model": "llama-3.1-8b", "gpu": "l4", "quantization": "magic"}, "quantization"),
         ({"model": "llama-3.1-8b"}, "gpu"),
         ({"model": {"hf_config": {"num_hidden_layers": 2}}, "gpu": "l4"}, "num_attention_heads"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "mamba_ssm_cache_dtype": "fp8"}, "mamba_ssm_cache_dtype"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "mamba_cache_dtype": "int4"}, "mamba_cache_dtype"),
+        ({"model": "llama-3.1-8b", "gpu": "l4", "cpu_avx512_bf16": "maybe"}, "cpu_avx512_bf16"),
     ],
 )
 async def test_bad_input_is_a_422_naming_the_field(
