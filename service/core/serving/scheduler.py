@@ -146,6 +146,10 @@ class ScheduledStep:
     decode_windowed_tokens: int = 0
 
 
+StepParts = tuple[list[tuple[SimRequest, int]], int, int, int, float, int, int]
+"""``ScheduledStep``'s fields in order, the scheduled pairs as a list."""
+
+
 class Scheduler:
     """The waiting queue, the running list and the block pool of one engine."""
 
@@ -196,6 +200,19 @@ class Scheduler:
 
     # --- one step ------------------------------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:
+        scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed = self.schedule_parts()
+        return ScheduledStep(
+            scheduled=tuple(scheduled),
+            num_preempted=preempted,
+            load_tokens=tokens,
+            decode_context_tokens=decode_context,
+            prefill_attention_pairs=pairs,
+            prefill_kv_tokens=prefill_kv,
+            decode_windowed_tokens=windowed,
+        )
+
+    def schedule_parts(self) -> StepParts:
+        """``schedule`` as a plain tuple (the engine's hot path: no ``ScheduledStep`` per step)."""
         if self.config.prefill_first:
             return self._schedule_v0()
         cfg = self.config
@@ -306,15 +323,7 @@ class Scheduler:
                 pairs += new * (hit + new / 2)
                 prefill_kv += hit + new
 
-        return ScheduledStep(
-            scheduled=tuple(scheduled),
-            num_preempted=preempted,
-            load_tokens=tokens,
-            decode_context_tokens=decode_context,
-            prefill_attention_pairs=pairs,
-            prefill_kv_tokens=prefill_kv,
-            decode_windowed_tokens=windowed,
-        )
+        return scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed
 
     def _watermark_blocks(self) -> int:
         """V0 keeps 1 % of the pool free when admitting (``BlockSpaceManager`` ``watermark=0.01``)."""
@@ -327,7 +336,7 @@ class Scheduler:
         need = cfg.demand.blocks(request.num_tokens)
         return self.free_blocks - need >= self._watermark_blocks()
 
-    def _schedule_v0(self) -> ScheduledStep:
+    def _schedule_v0(self) -> StepParts:
         """V0 (``vllm/core/scheduler.py::Scheduler._schedule_default``, 0.5 – 0.10 with chunked prefill off).
 
         Prefills first: whole prompts in FCFS order while they fit the token budget, ``max_num_seqs`` and the
@@ -349,14 +358,7 @@ class Scheduler:
             batched += request.num_tokens
             pairs += request.num_tokens * request.num_tokens / 2
         if scheduled:
-            return ScheduledStep(
-                scheduled=tuple(scheduled),
-                num_preempted=0,
-                load_tokens=batched,
-                decode_context_tokens=0,
-                prefill_attention_pairs=pairs,
-                prefill_kv_tokens=batched,
-            )
+            return scheduled, 0, batched, 0, pairs, batched, 0
         preempted = 0
         decode_context = 0
         window = self.config.attention_window
@@ -383,15 +385,7 @@ class Scheduler:
             if window:
                 windowed += min(request.computed, window)
             index += 1
-        return ScheduledStep(
-            scheduled=tuple(scheduled),
-            num_preempted=preempted,
-            load_tokens=len(scheduled),
-            decode_context_tokens=decode_context,
-            prefill_attention_pairs=0.0,
-            prefill_kv_tokens=0,
-            decode_windowed_tokens=windowed,
-        )
+        return scheduled, preempted, len(scheduled), decode_context, 0.0, 0, windowed
 
     def admission_blocked(self, running_tokens: int) -> bool:
         """True when no waiting request can join while the running ones only decode (the free pool only
