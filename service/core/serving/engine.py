@@ -187,6 +187,7 @@ class Engine:
         self.gate.release(self.clock)
         if self.model.async_scheduling:
             request.lagging = True
+            self.scheduler.num_lagging += 1
         else:
             self.scheduler.finish(request)
 
@@ -259,13 +260,16 @@ class Engine:
 
     def _single_step(self) -> None:
         s = self.scheduler
-        scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed = s.schedule_parts()
+        decoding, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed = (
+            s.schedule_parts()
+        )
         self.num_preemptions += preempted
-        if not scheduled:
+        requests = len(decoding) + len(scheduled)
+        if not requests:
             self._drop_unservable_head()
             return
         self._record(tokens)
-        seconds = self._step_seconds(tokens, len(scheduled), decode_context, pairs, prefill_kv, windowed)
+        seconds = self._step_seconds(tokens, requests, decode_context, pairs, prefill_kv, windowed)
         previous_end = self.clock
         clock = self.clock = previous_end + seconds
         self.num_steps += 1
@@ -276,6 +280,25 @@ class Engine:
         irregular = self.itl_samples
         finished: list[SimRequest] = []
         released: list[SimRequest] = []
+        # The leading plain decodes each sample their next token (never their first).
+        for request in decoding:
+            if request.lagging:
+                released.append(request)
+                continue
+            request.computed += 1
+            generated = request.generated + 1
+            request.generated = generated
+            request.num_tokens += 1
+            last = request.last_token_seconds
+            itl_sum += clock - last
+            if last == previous_end:
+                regular += 1
+            else:
+                irregular.append((clock - last, 1.0))
+            request.last_token_seconds = clock
+            if generated >= request.output_tokens:
+                finished.append(request)
+        sampled = itl_count = len(decoding) - len(released)
         for request, new in scheduled:
             if request.lagging:
                 released.append(request)
@@ -328,8 +351,8 @@ class Engine:
         running = s.running
         n = len(running)
         cfg = s.config
-        if n == 0 or n > cfg.max_num_batched_tokens:
-            return False
+        if n == 0 or n > cfg.max_num_batched_tokens or s.num_lagging:
+            return False  # (a lagging request takes its extra step, one at a time)
         arrival_limit = math.inf
         if s.waiting:
             if not s.admission_blocked(n):

@@ -146,14 +146,23 @@ class ScheduledStep:
     decode_windowed_tokens: int = 0
 
 
-StepParts = tuple[list[tuple[SimRequest, int]], int, int, int, float, int, int]
-"""``ScheduledStep``'s fields in order, the scheduled pairs as a list."""
+StepParts = tuple[list[SimRequest], list[tuple[SimRequest, int]], int, int, int, float, int, int]
+"""``ScheduledStep``'s fields in order, its scheduled pairs split in two lists: the leading requests that
+decode one token each (``(request, 1)``), then the other pairs."""
 
 
 class Scheduler:
     """The waiting queue, the running list and the block pool of one engine."""
 
-    __slots__ = ("_shared_cached_blocks", "config", "free_blocks", "prefix_hit_tokens", "running", "waiting")
+    __slots__ = (
+        "_shared_cached_blocks",
+        "config",
+        "free_blocks",
+        "num_lagging",
+        "prefix_hit_tokens",
+        "running",
+        "waiting",
+    )
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
@@ -162,6 +171,7 @@ class Scheduler:
         self.free_blocks = config.num_free_blocks
         self._shared_cached_blocks = 0  # token-blocks of the shared prefix currently in the cache
         self.prefix_hit_tokens = 0  # prompt tokens served from the prefix cache so far
+        self.num_lagging = 0  # running requests already finished (async lag; the engine marks them)
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _own_blocks_for(self, request: SimRequest, tokens: int) -> int:
@@ -191,6 +201,7 @@ class Scheduler:
         self.free_blocks += victim.own_blocks
         victim.own_blocks = 0
         if victim.lagging:
+            self.num_lagging -= 1
             return victim  # already finished (async lag): freeing it is all a preemption does
         victim.shared_blocks = 0
         victim.computed = 0
@@ -200,9 +211,11 @@ class Scheduler:
 
     # --- one step ------------------------------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:
-        scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed = self.schedule_parts()
+        decoding, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed = (
+            self.schedule_parts()
+        )
         return ScheduledStep(
-            scheduled=tuple(scheduled),
+            scheduled=tuple((request, 1) for request in decoding) + tuple(scheduled),
             num_preempted=preempted,
             load_tokens=tokens,
             decode_context_tokens=decode_context,
@@ -233,7 +246,24 @@ class Scheduler:
         full_groups = demand.full_groups
         running = self.running
         count = len(running)  # kept in step with preemptions (which pop from the end)
-        index = 0
+        # The leading run of plain decodes (one token, no block boundary, nothing to preempt or cache) is most
+        # of a step: it is handed over as a slice, without a (request, tokens) pair each.
+        lead = 0
+        if simple:
+            limit = count if count < budget else budget
+            while lead < limit:
+                request = running[lead]
+                computed = request.computed
+                if request.num_tokens - computed != 1 or not computed % bs or not request.generated:
+                    break
+                decode_context += computed
+                if window:
+                    windowed += computed if computed < window else window
+                lead += 1
+            budget -= lead
+            tokens += lead
+        decoding = running[:lead]
+        index = lead
         while index < count and budget > 0:
             request = running[index]
             computed = request.computed
@@ -323,7 +353,7 @@ class Scheduler:
                 pairs += new * (hit + new / 2)
                 prefill_kv += hit + new
 
-        return scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed
+        return decoding, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed
 
     def _watermark_blocks(self) -> int:
         """V0 keeps 1 % of the pool free when admitting (``BlockSpaceManager`` ``watermark=0.01``)."""
@@ -358,7 +388,7 @@ class Scheduler:
             batched += request.num_tokens
             pairs += request.num_tokens * request.num_tokens / 2
         if scheduled:
-            return scheduled, 0, batched, 0, pairs, batched, 0
+            return [], scheduled, 0, batched, 0, pairs, batched, 0
         preempted = 0
         decode_context = 0
         window = self.config.attention_window
@@ -385,7 +415,7 @@ class Scheduler:
             if window:
                 windowed += min(request.computed, window)
             index += 1
-        return scheduled, preempted, len(scheduled), decode_context, 0.0, 0, windowed
+        return [], scheduled, preempted, len(scheduled), decode_context, 0.0, 0, windowed
 
     def admission_blocked(self, running_tokens: int) -> bool:
         """True when no waiting request can join while the running ones only decode (the free pool only
@@ -419,6 +449,8 @@ class Scheduler:
         """Free a finished request's blocks (``KVCacheManager.free``) and drop it from the running list."""
         self.free_blocks += request.own_blocks
         request.own_blocks = 0
+        if request.lagging:
+            self.num_lagging -= 1
         self.running.remove(request)
 
     @property

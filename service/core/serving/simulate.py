@@ -199,11 +199,13 @@ def simulate(
     coefficients: StepCoefficients | None = None,
     limits: SimulationLimits = DEFAULT_SIMULATION_LIMITS,
     step_by_step: bool = False,
+    timeline: bool = True,
 ) -> SimulationResult:
     """Simulate ``vllm bench serve`` with ``benchmark`` against a replica planned from ``request``.
 
     ``step_by_step`` turns the closed-form decode stretches off (every step simulated on its own): the
-    reference the fast path is tested against.
+    reference the fast path is tested against. ``timeline=False`` leaves ``SimulationResult.timeline`` empty
+    (for callers that read only the figures, such as rate searches in a sweep).
     """
     if benchmark.num_prompts > limits.max_num_prompts:
         raise InvalidSpec(
@@ -283,7 +285,9 @@ def simulate(
         )
     return SimulationResult(
         result=result,
-        timeline=_timeline(trace.record_rows, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks),
+        timeline=_timeline(trace.record_rows, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks)
+        if timeline
+        else (),
         assumptions=_assumptions(plan, benchmark, coefficients),
         error_band_ratio=ERROR_BAND_RATIO,
         messages=tuple(messages),
