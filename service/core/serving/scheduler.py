@@ -246,16 +246,24 @@ class Scheduler:
         full_groups = demand.full_groups
         running = self.running
         count = len(running)  # kept in step with preemptions (which pop from the end)
-        # The leading run of plain decodes (one token, no block boundary, nothing to preempt or cache) is most
-        # of a step: it is handed over as a slice, without a (request, tokens) pair each.
+        # The leading run of decodes (one token each, its block free when it starts one: nothing to preempt)
+        # is most of a step: it is handed over as a slice, without a (request, tokens) pair each.
         lead = 0
         if simple:
             limit = count if count < budget else budget
             while lead < limit:
                 request = running[lead]
                 computed = request.computed
-                if request.num_tokens - computed != 1 or not computed % bs or not request.generated:
+                if request.num_tokens - computed != 1 or not request.generated:
                     break
+                if not computed % bs:
+                    # A new block per group at the boundary, as below; preempting is left to the loop below.
+                    if full_groups > self.free_blocks:
+                        break
+                    self.free_blocks -= full_groups
+                    request.own_blocks += full_groups
+                    if request.shared_prefix_tokens and not request.shared_blocks:
+                        self._cache_prefix(request, computed + 1)
                 decode_context += computed
                 if window:
                     windowed += computed if computed < window else window
