@@ -87,6 +87,13 @@ def simulation_cases() -> list[tuple[str, PlanRequest, BenchmarkSpec]]:
             _request("gemma-2-9b", "h100-sxm-80gb", max_model_len=8192),
             _spec(request_rate=9.0),
         ),
+        (
+            # Releases before the hybrid KV manager allocate sliding-window layers as full ones: simple block
+            # demand, windowed reads.
+            "sliding-window-full-blocks",
+            _request("gemma-2-9b", "h100-sxm-80gb", engine="vllm-0.11", max_model_len=8192),
+            _spec(request_rate=9.0, random_input_len=3000, random_output_len=1200),
+        ),
         ("sliding-window-gpt-oss", _request("gpt-oss-20b", "h100-sxm-80gb"), _spec(request_rate=math.inf)),
         ("moe", _request("qwen3-30b-a3b", "h200", max_model_len=16384), _spec(request_rate=14.0)),
         (
