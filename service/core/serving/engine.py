@@ -56,9 +56,8 @@ class EngineTrace:
     itl_samples: tuple[tuple[float, float], ...]  # (inter-token latency seconds, weight in tokens)
     itl_count: int  # exact number of inter-token gaps
     itl_sum_seconds: float  # exact sum of the gaps
-    record_rows: tuple[
-        RecordRow, ...
-    ]  # (time, running, waiting, used blocks, tokens per step): ``StepRecord``
+    # One row per iteration: (time, running, waiting, used blocks, tokens per step), ``StepRecord``'s fields.
+    record_rows: tuple[RecordRow, ...]
     output_events: tuple[tuple[float, float], ...]  # (time, output tokens delivered then)
     num_steps: int
     num_steps_with_output: int  # steps in which at least one request sampled a token
