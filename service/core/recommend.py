@@ -416,12 +416,12 @@ def _rate_search(
         output_tokens=output_tokens,
         num_prompts=num_prompts,
         coefficients=coefficients,
+        timeline=False,  # kept small; the peak of running requests comes with the result
     )
     sim = found.at_rate
     if sim is None:
         return found, found.simulations, 0
-    peak = getattr(sim, "peak_running", None) or max((p.running for p in sim.timeline), default=0)
-    return replace(found, at_rate=replace(sim, timeline=())), found.simulations, int(peak)
+    return found, found.simulations, sim.peak_running
 
 
 def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Search) -> _Simulated:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 
@@ -166,7 +166,20 @@ def _explicit(spec: BenchmarkSpec) -> tuple[RequestLengths, ...]:
 
 
 def sample_requests(spec: BenchmarkSpec) -> tuple[RequestLengths, ...]:
-    """``num_prompts`` requests of the spec's dataset, deterministic for ``spec.seed``."""
+    """``num_prompts`` requests of the spec's dataset, deterministic for ``spec.seed``.
+
+    The lengths do not depend on the rate, the burstiness or the client gate, so a rate search's simulations
+    share one draw (kept by the fields that decide it; the result is immutable).
+    """
+    return _sample_lengths(
+        replace(spec, request_rate=math.inf, burstiness=1.0, max_concurrency=None)
+        if spec.request_rate != math.inf or spec.burstiness != 1.0 or spec.max_concurrency is not None
+        else spec
+    )
+
+
+@lru_cache(maxsize=256)
+def _sample_lengths(spec: BenchmarkSpec) -> tuple[RequestLengths, ...]:
     rng = random.Random(spec.seed)
     if spec.dataset_name == "random":
         return _sample_random(spec, rng)

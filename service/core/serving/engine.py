@@ -27,8 +27,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from service.core.errors import InvalidSpec
-from service.core.serving.scheduler import BlockDemand, ScheduledStep, Scheduler, SimRequest
-from service.core.serving.step_time import StepLoad, StepTimeModel
+from service.core.serving.scheduler import BlockDemand, Scheduler, SimRequest
+from service.core.serving.step_time import StepTimeModel
 
 ITL_SAMPLES_PER_STRETCH = 8
 
@@ -44,6 +44,9 @@ class StepRecord:
     tokens_per_step: float
 
 
+RecordRow = tuple[float, int, int, int, float]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineTrace:
     """What the benchmark client would have recorded, plus engine-side counters."""
@@ -53,13 +56,22 @@ class EngineTrace:
     itl_samples: tuple[tuple[float, float], ...]  # (inter-token latency seconds, weight in tokens)
     itl_count: int  # exact number of inter-token gaps
     itl_sum_seconds: float  # exact sum of the gaps
-    records: tuple[StepRecord, ...]
+    # One row per iteration: (time, running, waiting, used blocks, tokens per step), ``StepRecord``'s fields.
+    record_rows: tuple[RecordRow, ...]
     output_events: tuple[tuple[float, float], ...]  # (time, output tokens delivered then)
     num_steps: int
     num_steps_with_output: int  # steps in which at least one request sampled a token
     peak_running: int  # most requests running in any step
     num_iterations: int  # loop iterations (single steps + stretches): the simulator's own work
     num_preemptions: int
+
+    @property
+    def records(self) -> tuple[StepRecord, ...]:
+        """The engine's state at each iteration (built on demand: the timeline needs only a few)."""
+        return tuple(
+            StepRecord(time_seconds=t, running=r, waiting=w, used_blocks=u, tokens_per_step=k)
+            for t, r, w, u, k in self.record_rows
+        )
 
 
 def stretch_seconds(k: int, *, a: float, b: float, cpu: float, overlap: bool) -> float:
@@ -134,14 +146,18 @@ class Engine:
         self.itl_samples: list[tuple[float, float]] = []
         self.itl_count = 0
         self.itl_sum = 0.0
-        self.records: list[StepRecord] = []
+        self.records: list[RecordRow] = []
         self.output_events: list[tuple[float, float]] = []
         self.num_steps = 0
         self.num_steps_with_output = 0
         self.peak_running = 0
         self.num_iterations = 0
         self.num_preemptions = 0
-        self._decode_parts: dict[int, tuple[float, float]] = {}  # decode-only step terms by batch size
+        # Step-time terms by their arguments: each a pure function of them, so a kept answer is the answer.
+        self._parts: dict[tuple[int, int, float, int], tuple[float, float]] = {}
+        self._cpu: dict[int, float] = {}  # CPU seconds of a step by its number of requests
+        self._per_windowed = step_model.seconds_per_windowed_token()
+        self._overlap = step_model.async_scheduling
 
     # --- client side -------------------------------------------------------------------------------------
     def _send_due(self) -> None:
@@ -170,22 +186,42 @@ class Engine:
         self.gate.release(self.clock)
         if self.model.async_scheduling:
             request.lagging = True
+            self.scheduler.num_lagging += 1
         else:
             self.scheduler.finish(request)
 
     def _record(self, tokens: float) -> None:
         s = self.scheduler
-        if len(s.running) > self.peak_running:
-            self.peak_running = len(s.running)
+        running = len(s.running)
+        if running > self.peak_running:
+            self.peak_running = running
         self.records.append(
-            StepRecord(
-                time_seconds=self.clock,
-                running=len(s.running),
-                waiting=len(s.waiting),
-                used_blocks=s.used_blocks,
-                tokens_per_step=tokens,
-            )
+            (self.clock, running, len(s.waiting), s.config.num_free_blocks - s.free_blocks, tokens)
         )
+
+    def _gpu_parts(self, tokens: int, requests: int, pairs: float, prefill_kv: int) -> tuple[float, float]:
+        key = (tokens, requests, pairs, prefill_kv)
+        parts = self._parts.get(key)
+        if parts is None:
+            parts = self._parts[key] = self.model.gpu_seconds_parts_of(tokens, requests, pairs, prefill_kv)
+        return parts
+
+    def _cpu_seconds(self, requests: int) -> float:
+        cpu = self._cpu.get(requests)
+        if cpu is None:
+            cpu = self._cpu[requests] = self.model.cpu_seconds(requests)
+        return cpu
+
+    def _step_seconds(
+        self, tokens: int, requests: int, decode_context: int, pairs: float, prefill_kv: int, windowed: int
+    ) -> float:
+        """``StepTimeModel.step_seconds`` of the load, term for term, from the kept terms."""
+        fixed, per_context = self._gpu_parts(tokens, requests, pairs, prefill_kv)
+        gpu = fixed + per_context * decode_context
+        if windowed:
+            gpu += self._per_windowed * windowed
+        cpu = self._cpu_seconds(requests)
+        return max(gpu, cpu) if self._overlap else gpu + cpu
 
     # --- the loop ----------------------------------------------------------------------------------------
     def run(self) -> EngineTrace:
@@ -212,7 +248,7 @@ class Engine:
             itl_samples=tuple(self.itl_samples),
             itl_count=self.itl_count,
             itl_sum_seconds=self.itl_sum,
-            records=tuple(self.records),
+            record_rows=tuple(self.records),
             output_events=tuple(self.output_events),
             num_steps=self.num_steps,
             num_steps_with_output=self.num_steps_with_output,
@@ -223,33 +259,46 @@ class Engine:
 
     def _single_step(self) -> None:
         s = self.scheduler
-        step: ScheduledStep = s.schedule()
-        self.num_preemptions += step.num_preempted
-        if not step.scheduled:
+        decoding, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed = (
+            s.schedule_parts()
+        )
+        self.num_preemptions += preempted
+        requests = len(decoding) + len(scheduled)
+        if not requests:
             self._drop_unservable_head()
             return
-        load = StepLoad(
-            num_tokens=step.load_tokens,
-            num_requests=len(step.scheduled),
-            decode_context_tokens=step.decode_context_tokens,
-            prefill_attention_pairs=step.prefill_attention_pairs,
-            prefill_kv_tokens=step.prefill_kv_tokens,
-            decode_windowed_tokens=step.decode_windowed_tokens,
-        )
-        self._record(step.load_tokens)
-        seconds = self.model.step_seconds(load)
+        self._record(tokens)
+        seconds = self._step_seconds(tokens, requests, decode_context, pairs, prefill_kv, windowed)
         previous_end = self.clock
-        self.clock += seconds
+        clock = self.clock = previous_end + seconds
         self.num_steps += 1
         regular = 0
         sampled = 0
         itl_count = 0
         itl_sum = 0.0
-        clock = self.clock
         irregular = self.itl_samples
         finished: list[SimRequest] = []
         released: list[SimRequest] = []
-        for request, new in step.scheduled:
+        # The leading plain decodes each sample their next token (never their first).
+        for request in decoding:
+            if request.lagging:
+                released.append(request)
+                continue
+            request.computed += 1
+            generated = request.generated + 1
+            request.generated = generated
+            request.num_tokens += 1
+            last = request.last_token_seconds
+            itl_sum += clock - last
+            if last == previous_end:
+                regular += 1
+            else:
+                irregular.append((clock - last, 1.0))
+            request.last_token_seconds = clock
+            if generated >= request.output_tokens:
+                finished.append(request)
+        sampled = itl_count = len(decoding) - len(released)
+        for request, new in scheduled:
             if request.lagging:
                 released.append(request)
                 continue
@@ -277,9 +326,9 @@ class Engine:
         self.itl_count += itl_count
         self.itl_sum += itl_sum
         if regular:
-            self.itl_samples.append((seconds, float(regular)))
+            irregular.append((seconds, float(regular)))
         if sampled:
-            self.output_events.append((self.clock, float(sampled)))
+            self.output_events.append((clock, float(sampled)))
             self.num_steps_with_output += 1
         for request in released:
             s.finish(request)
@@ -301,8 +350,8 @@ class Engine:
         running = s.running
         n = len(running)
         cfg = s.config
-        if n == 0 or n > cfg.max_num_batched_tokens:
-            return False
+        if n == 0 or n > cfg.max_num_batched_tokens or s.num_lagging:
+            return False  # (a lagging request takes its extra step, one at a time)
         arrival_limit = math.inf
         if s.waiting:
             if not s.admission_blocked(n):
@@ -317,15 +366,24 @@ class Engine:
         window = cfg.attention_window
         windowed = 0  # Σ min(context, window) of the sliding-window layers
         below_window = 0  # requests whose context is still inside the window: their windowed read grows
-        for request in reversed(running):
-            computed = request.computed
-            if request.generated == 0 or computed != request.num_tokens - 1 or request.lagging:
-                return False
-            left = request.output_tokens - request.generated
-            if left < k:
-                k = left
-            context += computed
-            if window:
+        if not window:
+            for request in reversed(running):
+                computed = request.computed
+                if request.generated == 0 or computed != request.num_tokens - 1 or request.lagging:
+                    return False
+                left = request.output_tokens - request.generated
+                if left < k:
+                    k = left
+                context += computed
+        else:
+            for request in reversed(running):
+                computed = request.computed
+                if request.generated == 0 or computed != request.num_tokens - 1 or request.lagging:
+                    return False
+                left = request.output_tokens - request.generated
+                if left < k:
+                    k = left
+                context += computed
                 if computed < window:
                     windowed += computed
                     below_window += 1
@@ -339,25 +397,15 @@ class Engine:
         k = self._block_limited_steps(k)
         if k < 2:
             return False
-        parts = self._decode_parts.get(n)
-        if parts is None:
-            load = StepLoad(
-                num_tokens=n,
-                num_requests=n,
-                decode_context_tokens=0,
-                prefill_attention_pairs=0.0,
-                prefill_kv_tokens=0,
-            )
-            parts = self._decode_parts[n] = self.model.gpu_seconds_parts(load)
-        fixed, per_context = parts
+        fixed, per_context = self._gpu_parts(n, n, 0.0, 0)
         a = fixed + per_context * context
         b = per_context * n
         if window:
-            per_windowed = self.model.seconds_per_windowed_token()
+            per_windowed = self._per_windowed
             a += per_windowed * windowed
             b += per_windowed * below_window
-        cpu = self.model.cpu_seconds(n)
-        overlap = self.model.async_scheduling
+        cpu = self._cpu_seconds(n)
+        overlap = self._overlap
         if arrival_limit < math.inf:
             # Stop after the step during which the next request reaches the engine.
             target = arrival_limit - self.clock
@@ -374,42 +422,56 @@ class Engine:
         duration = stretch_seconds(k, a=a, b=b, cpu=cpu, overlap=overlap)
         # Output tokens over time feed vLLM's one-second buckets (max_output_tokens_per_s): a few points per
         # second of the stretch are enough.
+        start = self.clock
         events = min(ITL_SAMPLES_PER_STRETCH, max(1, math.ceil(2 * duration)))
+        output_events = self.output_events
+        tokens_per_event = n * k / events
         for m in range(events):
-            self.output_events.append((self.clock + duration * (m + 0.5) / events, n * k / events))
-        self.clock += duration
+            output_events.append((start + duration * (m + 0.5) / events, tokens_per_event))
+        clock = self.clock = start + duration
         self.num_steps += k
         self.num_steps_with_output += k
         self.itl_count += k * n
         self.itl_sum += duration * n
+        samples = self.itl_samples
         if k <= ITL_SAMPLES_PER_STRETCH:
             for j in range(k):
-                self.itl_samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), float(n)))
+                samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), float(n)))
         else:
             weight = n * k / ITL_SAMPLES_PER_STRETCH
             for m in range(ITL_SAMPLES_PER_STRETCH):
                 j = int((m + 0.5) * k / ITL_SAMPLES_PER_STRETCH)
-                self.itl_samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), weight))
+                samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), weight))
         demand = cfg.demand
-        simple = demand.is_simple
-        bs, groups = demand.block_size, demand.full_groups
-        clock = self.clock
         finished: list[SimRequest] = []
         grown_total = 0
-        for request in running:
-            c = request.computed
-            if simple:
+        if demand.is_simple:
+            bs, groups = demand.block_size, demand.full_groups
+            for request in running:
+                c = request.computed
                 grown = groups * ((c + k + bs - 1) // bs - (c + bs - 1) // bs)
-            else:
+                request.computed = c + k
+                generated = request.generated + k
+                request.generated = generated
+                request.num_tokens += k
+                request.own_blocks += grown
+                grown_total += grown
+                request.last_token_seconds = clock
+                if generated >= request.output_tokens:
+                    finished.append(request)
+        else:
+            for request in running:
+                c = request.computed
                 grown = demand.blocks(c + k) - demand.blocks(c)
-            request.computed = c + k
-            request.generated += k
-            request.num_tokens += k
-            request.own_blocks += grown
-            grown_total += grown
-            request.last_token_seconds = clock
-            if request.generated >= request.output_tokens:
-                finished.append(request)
+                request.computed = c + k
+                generated = request.generated + k
+                request.generated = generated
+                request.num_tokens += k
+                request.own_blocks += grown
+                grown_total += grown
+                request.last_token_seconds = clock
+                if generated >= request.output_tokens:
+                    finished.append(request)
         s.free_blocks -= grown_total
         for request in finished:
             self._finish(request)
@@ -421,6 +483,10 @@ class Engine:
         demand = s.config.demand
         free = s.free_blocks
         if demand.is_simple:
+            # Each request needs at most one block per group every block_size steps: when even that many fit,
+            # all k steps do (the exact count below could only be smaller).
+            if demand.full_groups * len(s.running) * ((k - 1) // demand.block_size + 1) <= free:
+                return k
             return _simple_block_limited_steps([r.computed for r in s.running], k, free=free, demand=demand)
         contexts = [r.computed for r in s.running]
         base = [demand.blocks(c) for c in contexts]

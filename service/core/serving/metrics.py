@@ -31,7 +31,10 @@ def percentile(values: Sequence[float], q: float) -> float:
     """``np.percentile(values, q)`` (linear interpolation between closest ranks); ``[]`` → 0."""
     if not values:
         return 0.0
-    ordered = sorted(values)
+    return _percentile_of_sorted(sorted(values), q)
+
+
+def _percentile_of_sorted(ordered: Sequence[float], q: float) -> float:
     position = (len(ordered) - 1) * q / 100.0
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
@@ -147,7 +150,15 @@ class RequestOutcome:
 
 def _stats(values_seconds: Sequence[float]) -> tuple[float, float, float, float]:
     ms = [v * 1000.0 for v in values_seconds]
-    return mean(ms), percentile(ms, 50.0), std(ms), percentile(ms, RESULT_PERCENTILE)
+    if not ms:
+        return 0.0, 0.0, 0.0, 0.0
+    ordered = sorted(ms)  # once for both percentiles; mean and std sum in the original order
+    return (
+        mean(ms),
+        _percentile_of_sorted(ordered, 50.0),
+        std(ms),
+        _percentile_of_sorted(ordered, RESULT_PERCENTILE),
+    )
 
 
 def _peak_concurrency(outcomes: Sequence[RequestOutcome]) -> int:

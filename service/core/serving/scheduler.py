@@ -146,10 +146,23 @@ class ScheduledStep:
     decode_windowed_tokens: int = 0
 
 
+StepParts = tuple[list[SimRequest], list[tuple[SimRequest, int]], int, int, int, float, int, int]
+"""``ScheduledStep``'s fields in order, its scheduled pairs split in two lists: the leading requests that
+decode one token each (``(request, 1)``), then the other pairs."""
+
+
 class Scheduler:
     """The waiting queue, the running list and the block pool of one engine."""
 
-    __slots__ = ("_shared_cached_blocks", "config", "free_blocks", "prefix_hit_tokens", "running", "waiting")
+    __slots__ = (
+        "_shared_cached_blocks",
+        "config",
+        "free_blocks",
+        "num_lagging",
+        "prefix_hit_tokens",
+        "running",
+        "waiting",
+    )
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
@@ -158,6 +171,7 @@ class Scheduler:
         self.free_blocks = config.num_free_blocks
         self._shared_cached_blocks = 0  # token-blocks of the shared prefix currently in the cache
         self.prefix_hit_tokens = 0  # prompt tokens served from the prefix cache so far
+        self.num_lagging = 0  # running requests already finished (async lag; the engine marks them)
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _own_blocks_for(self, request: SimRequest, tokens: int) -> int:
@@ -187,6 +201,7 @@ class Scheduler:
         self.free_blocks += victim.own_blocks
         victim.own_blocks = 0
         if victim.lagging:
+            self.num_lagging -= 1
             return victim  # already finished (async lag): freeing it is all a preemption does
         victim.shared_blocks = 0
         victim.computed = 0
@@ -196,6 +211,21 @@ class Scheduler:
 
     # --- one step ------------------------------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:
+        decoding, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed = (
+            self.schedule_parts()
+        )
+        return ScheduledStep(
+            scheduled=tuple((request, 1) for request in decoding) + tuple(scheduled),
+            num_preempted=preempted,
+            load_tokens=tokens,
+            decode_context_tokens=decode_context,
+            prefill_attention_pairs=pairs,
+            prefill_kv_tokens=prefill_kv,
+            decode_windowed_tokens=windowed,
+        )
+
+    def schedule_parts(self) -> StepParts:
+        """``schedule`` as a plain tuple (the engine's hot path: no ``ScheduledStep`` per step)."""
         if self.config.prefill_first:
             return self._schedule_v0()
         cfg = self.config
@@ -216,7 +246,32 @@ class Scheduler:
         full_groups = demand.full_groups
         running = self.running
         count = len(running)  # kept in step with preemptions (which pop from the end)
-        index = 0
+        # The leading run of decodes (one token each, its block free when it starts one: nothing to preempt)
+        # is most of a step: it is handed over as a slice, without a (request, tokens) pair each.
+        lead = 0
+        if simple:
+            limit = count if count < budget else budget
+            while lead < limit:
+                request = running[lead]
+                computed = request.computed
+                if request.num_tokens - computed != 1 or not request.generated:
+                    break
+                if not computed % bs:
+                    # A new block per group at the boundary, as below; preempting is left to the loop below.
+                    if full_groups > self.free_blocks:
+                        break
+                    self.free_blocks -= full_groups
+                    request.own_blocks += full_groups
+                    if request.shared_prefix_tokens and not request.shared_blocks:
+                        self._cache_prefix(request, computed + 1)
+                decode_context += computed
+                if window:
+                    windowed += computed if computed < window else window
+                lead += 1
+            budget -= lead
+            tokens += lead
+        decoding = running[:lead]
+        index = lead
         while index < count and budget > 0:
             request = running[index]
             computed = request.computed
@@ -306,15 +361,7 @@ class Scheduler:
                 pairs += new * (hit + new / 2)
                 prefill_kv += hit + new
 
-        return ScheduledStep(
-            scheduled=tuple(scheduled),
-            num_preempted=preempted,
-            load_tokens=tokens,
-            decode_context_tokens=decode_context,
-            prefill_attention_pairs=pairs,
-            prefill_kv_tokens=prefill_kv,
-            decode_windowed_tokens=windowed,
-        )
+        return decoding, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed
 
     def _watermark_blocks(self) -> int:
         """V0 keeps 1 % of the pool free when admitting (``BlockSpaceManager`` ``watermark=0.01``)."""
@@ -327,7 +374,7 @@ class Scheduler:
         need = cfg.demand.blocks(request.num_tokens)
         return self.free_blocks - need >= self._watermark_blocks()
 
-    def _schedule_v0(self) -> ScheduledStep:
+    def _schedule_v0(self) -> StepParts:
         """V0 (``vllm/core/scheduler.py::Scheduler._schedule_default``, 0.5 – 0.10 with chunked prefill off).
 
         Prefills first: whole prompts in FCFS order while they fit the token budget, ``max_num_seqs`` and the
@@ -349,14 +396,7 @@ class Scheduler:
             batched += request.num_tokens
             pairs += request.num_tokens * request.num_tokens / 2
         if scheduled:
-            return ScheduledStep(
-                scheduled=tuple(scheduled),
-                num_preempted=0,
-                load_tokens=batched,
-                decode_context_tokens=0,
-                prefill_attention_pairs=pairs,
-                prefill_kv_tokens=batched,
-            )
+            return [], scheduled, 0, batched, 0, pairs, batched, 0
         preempted = 0
         decode_context = 0
         window = self.config.attention_window
@@ -383,15 +423,7 @@ class Scheduler:
             if window:
                 windowed += min(request.computed, window)
             index += 1
-        return ScheduledStep(
-            scheduled=tuple(scheduled),
-            num_preempted=preempted,
-            load_tokens=len(scheduled),
-            decode_context_tokens=decode_context,
-            prefill_attention_pairs=0.0,
-            prefill_kv_tokens=0,
-            decode_windowed_tokens=windowed,
-        )
+        return [], scheduled, preempted, len(scheduled), decode_context, 0.0, 0, windowed
 
     def admission_blocked(self, running_tokens: int) -> bool:
         """True when no waiting request can join while the running ones only decode (the free pool only
@@ -425,6 +457,8 @@ class Scheduler:
         """Free a finished request's blocks (``KVCacheManager.free``) and drop it from the running list."""
         self.free_blocks += request.own_blocks
         request.own_blocks = 0
+        if request.lagging:
+            self.num_lagging -= 1
         self.running.remove(request)
 
     @property

@@ -89,8 +89,10 @@ def max_rate_within_slo(
     seed: int = 0,
     plan: CapacityPlan | None = None,
     coefficients: StepCoefficients | None = None,
+    timeline: bool = True,
 ) -> RateSearchResult:
-    """Bracket + bisection on the Poisson request rate (see module docstring)."""
+    """Bracket + bisection on the Poisson request rate (see module docstring); ``timeline=False``: the
+    simulations keep no timeline (``simulate(..., timeline=False)``)."""
     if prompt_tokens < 1:
         raise InvalidSpec("must be ≥ 1", field="prompt_tokens")
     if output_tokens < 1:
@@ -106,7 +108,7 @@ def max_rate_within_slo(
             random_output_len=output_tokens,
             seed=seed,
         )
-        return simulate(request, spec, plan=plan, coefficients=coefficients)
+        return simulate(request, spec, plan=plan, coefficients=coefficients, timeline=timeline)
 
     saturated = run(float("inf"))
     ceiling = saturated.result.request_throughput

@@ -17,6 +17,7 @@ the KV bytes per token. A plan that does not fit is refused: vLLM would not star
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from service.core.engines import resolve_engine
@@ -25,7 +26,7 @@ from service.core.planner import CapacityPlan, PlanRequest
 from service.core.planner import plan as make_plan
 from service.core.serving.arrivals import arrival_offsets_seconds
 from service.core.serving.datasets import BenchmarkSpec, RequestLengths, sample_requests
-from service.core.serving.engine import Engine, EngineTrace, StepRecord
+from service.core.serving.engine import Engine, EngineTrace, RecordRow
 from service.core.serving.metrics import BenchmarkResult, RequestOutcome, calculate_metrics
 from service.core.serving.scheduler import BlockDemand, Scheduler, SchedulerConfig, SimRequest
 from service.core.serving.step_time import DEFAULT_STEP_COEFFICIENTS, StepCoefficients, StepTimeModel
@@ -119,26 +120,27 @@ def _check_limits(lengths: tuple[RequestLengths, ...], limits: SimulationLimits)
 
 
 def _timeline(
-    records: tuple[StepRecord, ...], *, end_seconds: float, pool_blocks: int
+    records: tuple[RecordRow, ...], *, end_seconds: float, pool_blocks: int
 ) -> tuple[TimelinePoint, ...]:
-    """At most ``TIMELINE_POINTS`` points evenly spread in time: the state at the last record before each."""
+    """At most ``TIMELINE_POINTS`` points evenly spread in time: the state at the last record before each
+    (``StepRecord``'s fields as a row)."""
     if not records:
         return ()
     count = min(TIMELINE_POINTS, len(records))
+    times = [r[0] for r in records]  # non-decreasing: the engine clock only moves forward
     points: list[TimelinePoint] = []
-    index = 0
+    index = 0  # never moves back (an all-failed run has end_seconds < 0, so t may fall)
     for i in range(count):
         t = end_seconds * i / (count - 1) if count > 1 else 0.0
-        while index + 1 < len(records) and records[index + 1].time_seconds <= t:
-            index += 1
-        r = records[index]
+        index = max(index, bisect.bisect_right(times, t) - 1)
+        _, running, waiting, used_blocks, tokens = records[index]
         points.append(
             TimelinePoint(
                 time_seconds=t,
-                running=r.running,
-                waiting=r.waiting,
-                kv_cache_usage_ratio=r.used_blocks / pool_blocks if pool_blocks else 0.0,
-                tokens_per_step=r.tokens_per_step,
+                running=running,
+                waiting=waiting,
+                kv_cache_usage_ratio=used_blocks / pool_blocks if pool_blocks else 0.0,
+                tokens_per_step=tokens,
             )
         )
     return tuple(points)
@@ -197,11 +199,13 @@ def simulate(
     coefficients: StepCoefficients | None = None,
     limits: SimulationLimits = DEFAULT_SIMULATION_LIMITS,
     step_by_step: bool = False,
+    timeline: bool = True,
 ) -> SimulationResult:
     """Simulate ``vllm bench serve`` with ``benchmark`` against a replica planned from ``request``.
 
     ``step_by_step`` turns the closed-form decode stretches off (every step simulated on its own): the
-    reference the fast path is tested against.
+    reference the fast path is tested against. ``timeline=False`` leaves ``SimulationResult.timeline`` empty
+    (for callers that read only the figures, such as rate searches in a sweep).
     """
     if benchmark.num_prompts > limits.max_num_prompts:
         raise InvalidSpec(
@@ -281,7 +285,9 @@ def simulate(
         )
     return SimulationResult(
         result=result,
-        timeline=_timeline(trace.records, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks),
+        timeline=_timeline(trace.record_rows, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks)
+        if timeline
+        else (),
         assumptions=_assumptions(plan, benchmark, coefficients),
         error_band_ratio=ERROR_BAND_RATIO,
         messages=tuple(messages),

@@ -304,14 +304,25 @@ class StepTimeModel:
         Splitting out the term linear in ``decode_context_tokens`` lets the engine sum a decode stretch —
         where only contexts grow — in closed form.
         """
+        return self.gpu_seconds_parts_of(
+            load.num_tokens, load.num_requests, load.prefill_attention_pairs, load.prefill_kv_tokens
+        )
+
+    def gpu_seconds_parts_of(
+        self, num_tokens: int, num_requests: int, prefill_attention_pairs: float, prefill_kv_tokens: int
+    ) -> tuple[float, float]:
+        """``gpu_seconds_parts`` from the load's figures (the engine's hot path: no ``StepLoad`` per step).
+
+        A pure function of its arguments, so the engine may keep its answers by argument.
+        """
         c = self.coefficients
-        tokens = max(1, load.num_tokens)
+        tokens = max(1, num_tokens)
         bandwidth = self.bandwidth_bytes_per_second * c.bandwidth_efficiency
         memory = self.weight_bytes_touched(tokens) / bandwidth
         peak = self.peak_flops_per_second
         dense_flops = (
             self.linear_flops_per_token - self.expert_flops_per_token
-        ) * tokens + self.lm_head_flops_per_request * load.num_requests
+        ) * tokens + self.lm_head_flops_per_request * num_requests
         compute = dense_flops / (peak * self._gemm_efficiency(tokens))
         if self.expert_flops_per_token:
             # Each touched expert multiplies only the rows routed to it: T·k / experts touched.
@@ -325,8 +336,8 @@ class StepTimeModel:
             )
         linear = max(memory, compute)
         attention = (
-            load.prefill_kv_tokens * self.kv_bytes_per_token / bandwidth
-            + load.prefill_attention_pairs
+            prefill_kv_tokens * self.kv_bytes_per_token / bandwidth
+            + prefill_attention_pairs
             * self.attention_flops_per_pair
             / (self.peak_flops_per_second * c.attention_efficiency)
         )
@@ -336,7 +347,7 @@ class StepTimeModel:
         if self.host_synchronous:
             stage = kernels + self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
         else:
-            stage = max(kernels, self.dispatch_seconds(load))
+            stage = max(kernels, self.dispatch_seconds_of(num_tokens, decode_only=prefill_kv_tokens == 0))
         fixed = pp * stage + (pp - 1) * PIPELINE_HANDOFF_SECONDS
         per_context_token = pp * (self.kv_bytes_per_token - self.windowed_kv_bytes_per_token) / bandwidth
         return fixed * c.time_scale, per_context_token * c.time_scale
@@ -347,9 +358,12 @@ class StepTimeModel:
         Compared with the stage's context-independent kernel time only: the decode attention reads that grow
         with context are left outside the max, which keeps a decode stretch's step time linear in its steps.
         """
-        decode_only = load.prefill_kv_tokens == 0
+        return self.dispatch_seconds_of(load.num_tokens, decode_only=load.prefill_kv_tokens == 0)
+
+    def dispatch_seconds_of(self, num_tokens: int, *, decode_only: bool) -> float:
+        """``dispatch_seconds`` from the step's token count and whether it holds only decodes."""
         d = self.coefficients.layer_dispatch_seconds
-        above_capture = load.num_tokens > self.cudagraph_max_batch
+        above_capture = num_tokens > self.cudagraph_max_batch
         v0 = not self.piecewise_cudagraphs
         if self.enforce_eager or (v0 and (above_capture or not decode_only)):
             # Plain PyTorch eager: every kernel is one Python launch, d / 3 each (d covers 3 launches).
