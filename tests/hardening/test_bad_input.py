@@ -393,7 +393,7 @@ async def test_unknown_releases_and_image_tags_warn(webhook_app: FastAPI, image:
     ("path", "function", "body"),
     [
         # A catalog model plans on the loop (cheaper than the hand-off); an inline config.json goes to a thread.
-        ("/v1/plans", "make_plan", {"model": {"hf_config": LLAMA}, "gpu": "l4", "max_model_len": 4097}),
+        ("/v1/plans", "make_plan_json", {"model": {"hf_config": LLAMA}, "gpu": "l4", "max_model_len": 4097}),
         (
             "/v1/plans/recommend",
             "make_recommendation",
