@@ -17,11 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.admission.manifests import router as checks_router
 from service.admission.router import router as admission_router
 from service.api.docs import install_offline_docs
+from service.api.edge import Edge
 from service.api.errors import install_error_handlers
 from service.api.health import router as health_router
-from service.api.limits import BodySizeLimit
-from service.api.request_id import RequestId
-from service.api.text import RefuseControlCharacters
 from service.catalog.builtin import builtin_snapshot
 from service.catalog.router import router as catalog_router
 from service.catalog.snapshot import CatalogHolder
@@ -30,7 +28,6 @@ from service.deployments.router import router as deployments_router
 from service.deployments.service import DeploymentsHolder
 from service.exporter.collector import admission_metrics
 from service.exporter.exposition import ExpositionCache
-from service.exporter.http import RequestMetrics
 from service.exporter.latency import LatencyPredictions
 from service.exporter.pipeline import LiveWorker, Predictions
 from service.exporter.router import router as metrics_router
@@ -39,6 +36,7 @@ from service.exporter.status import router as live_status_router
 from service.live.manager import LiveManager
 from service.logs import configure_logging
 from service.planning.calibration import CalibrationHolder
+from service.planning.lane import PlanLane
 from service.planning.router import PlanCache
 from service.planning.router import router as planning_router
 from service.planning.step_time_calibration import StepTimeScales
@@ -177,10 +175,9 @@ def create_app(settings: Settings | None = None, *, with_lifespan: bool = True) 
     app.state.service_metrics = service_metrics = ServiceMetrics()
     app.state.plan_cache = PlanCache()
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_body_bytes)
-    app.add_middleware(RefuseControlCharacters)
-    app.add_middleware(RequestMetrics, metrics=service_metrics)  # outside the body limit: 413s are timed too
-    app.add_middleware(RequestId)  # outermost of kvcap's middleware: every log line of the request has the id
+    # Request id, metrics, control characters and the body limit in one callable; plans answered at the edge.
+    lanes = {PlanLane.route: PlanLane(app.state)}
+    app.add_middleware(Edge, max_bytes=settings.max_request_body_bytes, metrics=service_metrics, lanes=lanes)
     install_offline_docs(app)
     app.include_router(health_router)
     app.include_router(catalog_router)

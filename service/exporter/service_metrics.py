@@ -73,6 +73,7 @@ class ServiceMetrics(Collector):
             registry=None,
             buckets=http_buckets,
         )
+        self._children: dict[tuple[str, str | None, int], tuple[Counter, Histogram]] = {}
         self._catalog_refresh = Gauge(
             "kvcap_catalog_refresh_timestamp_seconds",
             _SPECS["kvcap_catalog_refresh_timestamp_seconds"].help,
@@ -100,13 +101,17 @@ class ServiceMetrics(Collector):
     def observe_request(
         self, *, method: str, route: str | None, status: int, duration_seconds: float
     ) -> None:
-        labels = {
-            "method": method if method in KNOWN_METHODS else "other",
-            "route": route or UNMATCHED_ROUTE,
-            "status": str(status),
-        }
-        self._requests.labels(**labels).inc()
-        self._durations.labels(**labels).observe(duration_seconds)
+        method = method if method in KNOWN_METHODS else "other"
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:  # the label children are looked up once per label set, not once per request
+            labels = {"method": method, "route": route or UNMATCHED_ROUTE, "status": str(status)}
+            children = self._children[key] = (
+                self._requests.labels(**labels),
+                self._durations.labels(**labels),
+            )
+        children[0].inc()
+        children[1].observe(duration_seconds)
 
     def catalog_refreshed(self, timestamp_seconds: float | None = None) -> None:
         self._catalog_refresh.set(time.time() if timestamp_seconds is None else timestamp_seconds)

@@ -34,7 +34,7 @@ from service.planning.schemas import (
     SweepOut,
     SweepRequestBody,
 )
-from service.planning.service import make_plan
+from service.planning.service import make_plan_json
 from service.planning.simulations import SIMULATION_THREADS, make_simulation, simulation_limits
 
 router = APIRouter(prefix="/v1", tags=["plans"])
@@ -90,7 +90,7 @@ async def create_plan(request: Request, body: PlanRequestBody) -> Response:
 def plan_bytes(
     snapshot: CatalogSnapshot, body: PlanRequestBody, calibrations: CalibrationHolder | None
 ) -> bytes:
-    return make_plan(snapshot, body, calibrations).model_dump_json().encode()
+    return make_plan_json(snapshot, body, calibrations)
 
 
 class PlanCache:

@@ -8,11 +8,26 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from pydantic import ConfigDict, TypeAdapter, with_config
+from typing_extensions import TypedDict  # pydantic needs this one below Python 3.12
+
 from service.catalog.resolve import resolve_gpu, resolve_model
 from service.catalog.snapshot import CatalogSnapshot
 from service.core.errors import ConfigError, InvalidSpec
 from service.core.hf_config import parse_hf_config
-from service.core.planner import CapacityPlan, PlanRequest, plan
+from service.core.planner import (
+    CapacityPlan,
+    KvCacheResult,
+    MemoryResult,
+    Message,
+    PlanRequest,
+    Projections,
+    ResolvedSettings,
+    StageResult,
+    Suggestion,
+    Term,
+    plan,
+)
 from service.core.planner.features import (
     KvTransferConfig,
     LoraConfig,
@@ -20,6 +35,7 @@ from service.core.planner.features import (
     ServingFeatures,
     SpeculativeConfig,
 )
+from service.core.planner.results import FeaturesResult
 from service.core.specs import GpuSpec, ModelSpec
 from service.errors import Unprocessable
 from service.planning.calibration import (
@@ -259,6 +275,53 @@ def to_response(
 def make_plan(
     snapshot: CatalogSnapshot, body: PlanRequestBody, calibrations: CalibrationHolder | None = None
 ) -> PlanResponse:
+    planned = _plan_for(snapshot, body)
+    if calibration_for(planned.key, calibrations, exact=planned.result.exact) is None:  # the usual case
+        uncalibrated = CalibrationOut(applied=False, key=planned.key)
+        return to_response(planned.result, model=planned.model, gpu=planned.gpu, calibration=uncalibrated)
+    response = to_response(planned.result, model=planned.model, gpu=planned.gpu)
+    return apply_calibration(response, calibrations, key=planned.key)
+
+
+def make_plan_json(
+    snapshot: CatalogSnapshot, body: PlanRequestBody, calibrations: CalibrationHolder | None = None
+) -> bytes:
+    """``make_plan(...).model_dump_json()``, the same bytes; an uncalibrated plan (the usual case) is written
+    straight from the core's dataclasses (``PLAN_JSON``) instead of being validated into ``PlanResponse``."""
+    planned = _plan_for(snapshot, body)
+    if calibration_for(planned.key, calibrations, exact=planned.result.exact) is not None:
+        response = to_response(planned.result, model=planned.model, gpu=planned.gpu)
+        return apply_calibration(response, calibrations, key=planned.key).model_dump_json().encode()
+    result = planned.result
+    fields: PlanFields = {
+        "model": planned.model,
+        "gpu": planned.gpu,
+        "settings": result.settings,
+        "kv_cache": result.kv_cache,
+        "memory": result.memory,
+        "fits": result.fits,
+        "exact": result.exact,
+        "max_model_len_that_fits": result.max_model_len_that_fits,
+        "messages": result.messages,
+        "suggestions": result.suggestions,
+        "breakdown": result.breakdown,
+        "stages": result.stages,
+        "projections": result.projections,
+        "calibration": CalibrationOut(applied=False, key=planned.key),
+        "features": result.features,
+    }
+    return PLAN_JSON.dump_json(fields)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Planned:
+    result: CapacityPlan
+    model: Subject
+    gpu: Subject | None
+    key: str  # the calibration key
+
+
+def _plan_for(snapshot: CatalogSnapshot, body: PlanRequestBody) -> _Planned:
     resolved = resolve_model_ref(snapshot, body.model)
     gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
     request = build_request(
@@ -275,8 +338,30 @@ def make_plan(
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None
     key = calibration_key_of(result, model=resolved.subject, gpu=gpu_subject)
-    if calibration_for(key, calibrations, exact=result.exact) is None:  # the usual case: built once, as is
-        uncalibrated = CalibrationOut(applied=False, key=key)
-        return to_response(result, model=resolved.subject, gpu=gpu_subject, calibration=uncalibrated)
-    response = to_response(result, model=resolved.subject, gpu=gpu_subject)
-    return apply_calibration(response, calibrations, key=key)
+    return _Planned(result=result, model=resolved.subject, gpu=gpu_subject, key=key)
+
+
+@with_config(ConfigDict(defer_build=True))  # built on the first plan, not when the CLI imports this
+class PlanFields(TypedDict):
+    """``PlanResponse``'s fields in its order, holding the core's result dataclasses (same names, same order)."""
+
+    model: Subject
+    gpu: Subject | None
+    settings: ResolvedSettings
+    kv_cache: KvCacheResult
+    memory: MemoryResult
+    fits: bool
+    exact: bool
+    max_model_len_that_fits: int
+    messages: tuple[Message, ...]
+    suggestions: tuple[Suggestion, ...]
+    breakdown: tuple[Term, ...]
+    stages: tuple[StageResult, ...]
+    projections: Projections | None
+    calibration: CalibrationOut | None
+    features: FeaturesResult | None
+
+
+PLAN_JSON: TypeAdapter[PlanFields] = TypeAdapter(PlanFields)
+"""Writes ``PlanFields`` as ``PlanResponse.model_dump_json`` writes the response (tests/planning/test_lane.py
+compares the two over the catalog)."""

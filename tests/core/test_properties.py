@@ -5,7 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.core.errors import InvalidSpec
 from service.core.planner import PlanRequest, plan
+from service.core.planner.pipeline import fits
 from service.core.specs import GpuSpec, LayerType, ModelSpec
 from service.core.units import GIB
 
@@ -143,3 +145,35 @@ def test_predictions_move_with_the_gpu_size(model: ModelSpec, memory: int, util:
         <= small.kv_cache.num_gpu_blocks
         <= small.kv_cache.num_gpu_blocks_high
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    model=models(),
+    engine=engines,
+    memory=st.integers(8 * GIB, 200 * GIB),
+    length=st.integers(1, 131_072),
+    util=st.floats(0.5, 0.95),
+)
+def test_the_verdict_only_plan_agrees_with_the_plan(
+    model: ModelSpec, engine: str, memory: int, length: int, util: float
+) -> None:
+    """Suggestions re-plan through ``fits``; it must answer what the whole plan answers, errors included."""
+    request = PlanRequest(
+        model=model,
+        gpu=GpuSpec(name="g", memory_bytes=memory),
+        engine=engine,
+        max_model_len=length,
+        gpu_memory_utilization=util,
+        suggest=False,
+        detail=False,
+    )
+    try:
+        expected: bool | str = plan(request).fits
+    except InvalidSpec as exc:
+        expected = f"{exc.field}: {exc.message}"
+    try:
+        got: bool | str = fits(request)
+    except InvalidSpec as exc:
+        got = f"{exc.field}: {exc.message}"
+    assert got == expected

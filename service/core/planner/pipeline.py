@@ -13,31 +13,46 @@ costs about three times a tuple's. The public results (``results.py``) stay froz
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-from service.core.planner.blocks import concurrency, count_blocks, length_check
+from service.core.planner.blocks import Blocks, Concurrency, concurrency, count_blocks, length_check
 from service.core.planner.breakdown import Breakdown, explain
 from service.core.planner.features import FeatureCosts, feature_costs, feature_outcome
-from service.core.planner.layout import lay_out
-from service.core.planner.memory import memory_budget, stage_weights
+from service.core.planner.layout import Layout, lay_out
+from service.core.planner.memory import MemoryBudget, memory_budget, stage_weights
 from service.core.planner.request import PlanRequest
 from service.core.planner.results import (
     CapacityPlan,
     KvCacheResult,
     MemoryResult,
+    Message,
     ResolvedSettings,
     StageResult,
     projection_counts,
 )
 from service.core.planner.settings import Settings, resolve_settings
 from service.core.planner.suggestions import suggest
-from service.core.planner.verdict import judge
+from service.core.planner.verdict import Verdict, judge
 from service.core.weights import WeightShare
 
 _NO_BREAKDOWN = Breakdown(messages=(), terms=())  # verdict-only plans (sweeps) explain nothing
 
 
-def plan(request: PlanRequest) -> CapacityPlan:
-    """What vLLM will allocate for ``request``, and whether it will start."""
+class Judged(NamedTuple):
+    """Stages 1–7 of one plan: everything the verdict reads, and the verdict."""
+
+    settings: Settings
+    costs: FeatureCosts | None
+    memory: MemoryBudget
+    layout: Layout
+    blocks: Blocks
+    capacity: Concurrency
+    earlier: tuple[Message, ...]
+    verdict: Verdict
+
+
+def judged(request: PlanRequest) -> Judged:
+    """Settings through the verdict (stages 1–7), without suggestions or the breakdown."""
     settings = resolve_settings(request)
     shares = stage_weights(settings)
     costs = serving_feature_costs(settings, shares) if settings.features is not None else None
@@ -60,8 +75,20 @@ def plan(request: PlanRequest) -> CapacityPlan:
     if costs is not None:
         earlier = (*earlier, *costs.messages)
     verdict = judge(settings, memory, blocks, check, capacity, earlier)
+    return Judged(settings, costs, memory, layout, blocks, capacity, earlier, verdict)
+
+
+def fits(request: PlanRequest) -> bool:
+    """Whether ``request`` starts: ``plan(request).fits`` without building the plan (what suggestions ask)."""
+    return judged(request).verdict.fits
+
+
+def plan(request: PlanRequest) -> CapacityPlan:
+    """What vLLM will allocate for ``request``, and whether it will start."""
+    settings, costs, memory, layout, blocks, capacity, earlier, verdict = judged(request)
+    block_size = layout.block_size
     suggestions = (
-        suggest(request, settings, capacity.max_model_len, capacity.max_model_len_that_fits, plan)
+        suggest(request, settings, capacity.max_model_len, capacity.max_model_len_that_fits, fits)
         if request.suggest and not verdict.fits
         else ()
     )

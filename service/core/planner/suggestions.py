@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from service.core.errors import InvalidSpec
 from service.core.planner.request import PlanRequest, with_changes
-from service.core.planner.results import CapacityPlan, Suggestion
+from service.core.planner.results import Suggestion
 from service.core.planner.settings import Settings
 from service.core.units import fmt_int
 
@@ -16,21 +16,20 @@ def suggest(
     settings: Settings,
     max_model_len: int,
     max_model_len_that_fits: int,
-    replan: Callable[[PlanRequest], CapacityPlan],
+    fits: Callable[[PlanRequest], bool],
 ) -> tuple[Suggestion, ...]:
-    """One change at a time, kept when ``replan`` of the changed request fits (the planner passes itself).
+    """One change at a time, kept when the changed request ``fits`` (the planner passes its verdict stages).
 
     Only the verdict of a re-plan is read, so each is a verdict-only plan (no suggestions of its own, no
-    breakdown, no length search): ``fits`` does not depend on either.
+    breakdown, no length search, no plan built): ``fits`` does not depend on any of them.
     """
     out: list[Suggestion] = []
 
     def works(**changes: object) -> bool:
         try:
-            candidate = replan(with_changes(request, suggest=False, detail=False, **changes))
+            return fits(with_changes(request, suggest=False, detail=False, **changes))
         except InvalidSpec:
             return False
-        return candidate.fits
 
     if 0 < max_model_len_that_fits < max_model_len and works(max_model_len=max_model_len_that_fits):
         out.append(
