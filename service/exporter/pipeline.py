@@ -43,7 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.catalog.snapshot import CatalogHolder, CatalogSnapshot
 from service.db.session import create_engine, create_sessionmaker
-from service.deployments.schemas import DeploymentPlan, DeploymentRead
+from service.deployments.schemas import DeploymentRead
 from service.deployments.service import DeploymentsHolder, deployment_plan
 from service.errors import ServiceError
 from service.exporter.collector import PredictedCapacity
@@ -52,10 +52,10 @@ from service.exporter.latency import LatencyPredictions, record_step_times
 from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget
 from service.live.schemas import parse_live_source
-from service.planning.calibration import CalibrationHolder
+from service.planning.calibration import Calibration, CalibrationHolder, calibration_key
 from service.planning.calibration_store import record_observation
 from service.planning.schemas import PlanResponse
-from service.planning.step_time_calibration import StepTimeScales
+from service.planning.step_time_calibration import StepTimeScale, StepTimeScales
 from service.settings import Settings
 
 logger = logging.getLogger("kvcap.live")
@@ -64,17 +64,29 @@ logger = logging.getLogger("kvcap.live")
 @dataclass(frozen=True, slots=True)
 class _Cached:
     fingerprint: tuple[object, ...]
-    plan: DeploymentPlan | None
+    """The deployment's version and update time and the catalog generation the plan was made under."""
     uncalibrated: PlanResponse | None
     capacity: PredictedCapacity | None
+    configuration: str | None = None
+    """The plan's calibration key: the one calibration and step-time scale the plan depends on."""
+    calibration: Calibration | None = None
+    scale: StepTimeScale | None = None
 
 
 class Predictions:
-    """Plans of owned deployments, recomputed only when their inputs change."""
+    """Plans of owned deployments, recomputed only when their own inputs change.
+
+    A plan depends on the deployment, the catalog, and the calibration and step-time scale of its own
+    configuration (``calibration_key``); a calibration recorded for one configuration re-plans the deployments
+    of that configuration only, not the fleet. Only what the loop reads later is kept per deployment: the
+    exported capacity and the uncalibrated plan (what calibrations are recorded against).
+    """
 
     def __init__(self) -> None:
         self._cache: dict[DeploymentKey, _Cached] = {}
         self.capacities: Mapping[DeploymentKey, PredictedCapacity] = {}
+        self.planned = 0
+        """Plans computed so far (cache misses), for tests and diagnostics."""
 
     def update(
         self,
@@ -85,25 +97,38 @@ class Predictions:
     ) -> None:
         catalog = holder.snapshot
         cache: dict[DeploymentKey, _Cached] = {}
+        changed = False
         for deployment in deployments:
             key = (deployment.namespace, deployment.name)
-            fingerprint = (
-                deployment.version,
-                deployment.updated_at,
-                holder.generation,
-                calibrations.generation,
-                scales.generation if scales is not None else 0,
-            )
+            fingerprint = (deployment.version, deployment.updated_at, holder.generation)
             cached = self._cache.get(key)
-            if cached is None or cached.fingerprint != fingerprint:
+            if cached is None or not _still_valid(cached, fingerprint, calibrations, scales):
                 cached = _plan(deployment, catalog, calibrations, fingerprint, scales)
+                self.planned += 1
+                changed = True
             cache[key] = cached
+        if not changed and cache.keys() == self._cache.keys():
+            return  # the same plans: keep the published mapping (readers key rendered output on its identity)
         self._cache = cache
         self.capacities = {key: c.capacity for key, c in cache.items() if c.capacity is not None}
 
     def uncalibrated(self, key: DeploymentKey) -> PlanResponse | None:
         cached = self._cache.get(key)
         return cached.uncalibrated if cached else None
+
+
+def _still_valid(
+    cached: _Cached,
+    fingerprint: tuple[object, ...],
+    calibrations: CalibrationHolder,
+    scales: StepTimeScales | None,
+) -> bool:
+    if cached.fingerprint != fingerprint:
+        return False
+    if cached.configuration is None:  # the deployment could not be planned: no calibration applies to it
+        return True
+    scale = scales.by_key.get(cached.configuration) if scales is not None else None
+    return calibrations.by_key.get(cached.configuration) == cached.calibration and scale == cached.scale
 
 
 def _plan(
@@ -122,7 +147,7 @@ def _plan(
         )
     except (ServiceError, ValidationError, ValueError) as exc:
         logger.warning("cannot plan %s/%s: %s", deployment.namespace, deployment.name, exc)
-        return _Cached(fingerprint, None, None, None)
+        return _Cached(fingerprint, None, None)
     kv = planned.plan.kv_cache
     recommended = (
         planned.recommendation.recommended.replicas
@@ -138,7 +163,15 @@ def _plan(
         recommended_replicas=recommended,
         replicas=deployment.replicas,
     )
-    return _Cached(fingerprint, planned, uncalibrated, capacity)
+    configuration = calibration_key(uncalibrated)
+    return _Cached(
+        fingerprint,
+        uncalibrated,
+        capacity,
+        configuration=configuration,
+        calibration=calibrations.by_key.get(configuration),
+        scale=scales.by_key.get(configuration) if scales is not None else None,
+    )
 
 
 def live_targets(deployments: Sequence[DeploymentRead]) -> list[LiveTarget]:
@@ -158,14 +191,23 @@ async def record_calibrations(
     sessionmaker: async_sessionmaker[AsyncSession],
     observations: Mapping[DeploymentKey, DeploymentObservation],
     predictions: Predictions,
+    offered: set[tuple[str, str, int]] | None = None,
 ) -> int:
-    """Store each healthy replica's ``num_gpu_blocks`` for its configuration (see module docstring)."""
+    """Store each healthy replica's ``num_gpu_blocks`` for its configuration (see module docstring).
+
+    ``offered`` (kept by the caller across ticks) holds the (replica, configuration, blocks) already offered
+    to the store: a replica that keeps reporting the same count is not offered again. Without it, a
+    configuration run by more replicas than the store keeps (``KEEP_OBSERVATIONS``) would rotate its kept
+    observations on every tick, bump the calibration generation each time and re-plan those deployments.
+    """
     recorded = 0
+    current: set[tuple[str, str, int]] = set()
     async with sessionmaker() as session:
         for key, observation in observations.items():
             plan = predictions.uncalibrated(key)
             if plan is None:
                 continue
+            configuration: str | None = None
             for pod in observation.pods:
                 if not pod.up or not pod.num_gpu_blocks or not pod.cache_config:
                     continue
@@ -173,10 +215,18 @@ async def record_calibrations(
                     continue
                 per_engine = pod.num_gpu_blocks // max(1, pod.data_parallel_size)
                 source = f"{key[0]}/{key[1]}/{pod.pod}"
+                configuration = configuration or calibration_key(plan)
+                seen = (source, configuration, per_engine)
+                current.add(seen)
+                if offered is not None and seen in offered:
+                    continue
                 recorded += await record_observation(
                     session, plan, observed_num_gpu_blocks=per_engine, source=source
                 )
         await session.commit()
+    if offered is not None:  # only after the commit: a failed write is offered again on the next tick
+        offered.clear()
+        offered.update(current)
     return recorded
 
 
@@ -209,6 +259,7 @@ async def live_tick(
     scales: StepTimeScales | None = None,
     latency: LatencyPredictions | None = None,
     last_owned: set[str] | None = None,
+    offered: set[tuple[str, str, int]] | None = None,
 ) -> None:
     """One pass of the loop described in the module docstring.
 
@@ -216,7 +267,7 @@ async def live_tick(
     (``DeploymentsHolder`` keeps it when a reload fails), and when the coordinator cannot reach the database
     the deployments owned on the last good tick (``last_owned``, kept by the caller across ticks) stay owned
     (``Coordinator.reachable``), so their predicted and observed series keep being exported instead of all
-    disappearing at once.
+    disappearing at once. ``offered`` (also kept across ticks) is ``record_calibrations``' memory.
     """
     registered = deployments.deployments
     by_name = {f"{d.namespace}/{d.name}": d for d in registered}
@@ -229,7 +280,7 @@ async def live_tick(
     owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
     predictions.update(catalog, owned, calibrations, scales)
     await live.refresh(live_targets(owned))
-    if await record_calibrations(sessionmaker, live.observations, predictions):
+    if await record_calibrations(sessionmaker, live.observations, predictions, offered):
         await calibrations.reload(sessionmaker)
         predictions.update(catalog, owned, calibrations, scales)
     await refresh_latency(
@@ -248,6 +299,7 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
     The server runs it in a ``LiveWorker`` instead; this form suits a caller that has no serving loop to keep free.
     """
     last_owned: set[str] = set()
+    offered: set[tuple[str, str, int]] = set()
     while True:
         started = time.monotonic()
         try:
@@ -262,6 +314,7 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
                 scales=getattr(app.state, "step_time_scales", None),
                 latency=getattr(app.state, "latency_predictions", None),
                 last_owned=last_owned,
+                offered=offered,
             )
         except asyncio.CancelledError:
             raise
@@ -389,6 +442,7 @@ class LiveWorker:
     ) -> None:
         interval_s = self._settings.scrape_interval_seconds
         last_owned: set[str] = set()
+        offered: set[tuple[str, str, int]] = set()
         while True:
             started = time.monotonic()
             try:
@@ -403,6 +457,7 @@ class LiveWorker:
                     scales=self._scales,
                     latency=self._latency,
                     last_owned=last_owned,
+                    offered=offered,
                 )
             except asyncio.CancelledError:
                 raise
