@@ -44,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from service.catalog.snapshot import CatalogHolder, CatalogSnapshot
 from service.db.session import create_engine, create_sessionmaker
 from service.deployments.schemas import DeploymentRead
-from service.deployments.service import DeploymentsHolder, deployment_plan
+from service.deployments.service import DeploymentsHolder, deployment_plan, plan_body
 from service.errors import ServiceError
 from service.exporter.collector import PredictedCapacity
 from service.exporter.exposition import ExpositionCache
@@ -55,6 +55,7 @@ from service.live.schemas import parse_live_source
 from service.planning.calibration import Calibration, CalibrationHolder, calibration_key
 from service.planning.calibration_store import record_observation
 from service.planning.schemas import PlanResponse
+from service.planning.service import make_plan
 from service.planning.step_time_calibration import StepTimeScale, StepTimeScales
 from service.settings import Settings
 
@@ -65,10 +66,13 @@ logger = logging.getLogger("kvcap.live")
 class _Cached:
     fingerprint: tuple[object, ...]
     """The deployment's version and update time and the catalog generation the plan was made under."""
-    uncalibrated: PlanResponse | None
+    deployment: DeploymentRead
+    catalog: CatalogSnapshot
     capacity: PredictedCapacity | None
     configuration: str | None = None
     """The plan's calibration key: the one calibration and step-time scale the plan depends on."""
+    block_size: int | None = None
+    """The block size the plan predicts (an observation with another one does not calibrate it)."""
     calibration: Calibration | None = None
     scale: StepTimeScale | None = None
 
@@ -79,7 +83,8 @@ class Predictions:
     A plan depends on the deployment, the catalog, and the calibration and step-time scale of its own
     configuration (``calibration_key``); a calibration recorded for one configuration re-plans the deployments
     of that configuration only, not the fleet. Only what the loop reads later is kept per deployment: the
-    exported capacity and the uncalibrated plan (what calibrations are recorded against).
+    exported capacity, the configuration's key and block size; the uncalibrated plan (what a calibration is
+    recorded against, ~17 KiB of objects) is made again on the rare tick that records one.
     """
 
     def __init__(self) -> None:
@@ -113,8 +118,21 @@ class Predictions:
         self.capacities = {key: c.capacity for key, c in cache.items() if c.capacity is not None}
 
     def uncalibrated(self, key: DeploymentKey) -> PlanResponse | None:
+        """The deployment's plan without calibration (planned again: it is not kept)."""
         cached = self._cache.get(key)
-        return cached.uncalibrated if cached else None
+        if cached is None or cached.capacity is None:
+            return None
+        try:
+            return make_plan(cached.catalog, plan_body(cached.deployment))
+        except (ServiceError, ValidationError, ValueError):
+            return None
+
+    def configuration(self, key: DeploymentKey) -> tuple[str, int] | None:
+        """The deployment's calibration key and predicted block size (None when it could not be planned)."""
+        cached = self._cache.get(key)
+        if cached is None or cached.configuration is None or cached.block_size is None:
+            return None
+        return cached.configuration, cached.block_size
 
 
 def _still_valid(
@@ -147,7 +165,7 @@ def _plan(
         )
     except (ServiceError, ValidationError, ValueError) as exc:
         logger.warning("cannot plan %s/%s: %s", deployment.namespace, deployment.name, exc)
-        return _Cached(fingerprint, None, None)
+        return _Cached(fingerprint, deployment, catalog, None)
     kv = planned.plan.kv_cache
     recommended = (
         planned.recommendation.recommended.replicas
@@ -166,9 +184,11 @@ def _plan(
     configuration = calibration_key(uncalibrated)
     return _Cached(
         fingerprint,
-        uncalibrated,
+        deployment,
+        catalog,
         capacity,
         configuration=configuration,
+        block_size=uncalibrated.kv_cache.block_size,
         calibration=calibrations.by_key.get(configuration),
         scale=scales.by_key.get(configuration) if scales is not None else None,
     )
@@ -204,22 +224,25 @@ async def record_calibrations(
     current: set[tuple[str, str, int]] = set()
     async with sessionmaker() as session:
         for key, observation in observations.items():
-            plan = predictions.uncalibrated(key)
-            if plan is None:
+            known = predictions.configuration(key)
+            if known is None:
                 continue
-            configuration: str | None = None
+            configuration, block_size = known
+            plan: PlanResponse | None = None
             for pod in observation.pods:
                 if not pod.up or not pod.num_gpu_blocks or not pod.cache_config:
                     continue
-                if str(pod.cache_config.get("block_size")) != str(plan.kv_cache.block_size):
+                if str(pod.cache_config.get("block_size")) != str(block_size):
                     continue
                 per_engine = pod.num_gpu_blocks // max(1, pod.data_parallel_size)
                 source = f"{key[0]}/{key[1]}/{pod.pod}"
-                configuration = configuration or calibration_key(plan)
                 seen = (source, configuration, per_engine)
                 current.add(seen)
                 if offered is not None and seen in offered:
                     continue
+                plan = plan or predictions.uncalibrated(key)
+                if plan is None:
+                    break
                 recorded += await record_observation(
                     session, plan, observed_num_gpu_blocks=per_engine, source=source
                 )
