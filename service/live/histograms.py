@@ -173,7 +173,12 @@ def histograms_from_samples(
         base, suffix = parts_of_name  # ``base`` is the module's constant: no string kept per pod
         if not math.isfinite(value) and suffix != "_bucket":
             continue
-        series = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+        if "le" in labels:
+            other = dict(labels)
+            del other["le"]
+            series = tuple(sorted(other.items()))
+        else:
+            series = tuple(sorted(labels.items()))
         entry = parts.setdefault((base, series), {"buckets": {}, "sum": None, "count": None})
         if suffix == "_bucket":
             try:

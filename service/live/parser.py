@@ -345,15 +345,35 @@ def _fast_samples(lines: list[str]) -> list[Sample] | None:
     return samples
 
 
+def _wanted_sample_lines(text: str) -> tuple[list[str], bool]:
+    """The sample lines of the metrics kvcap reads (no comments: the fast reader needs none), and whether any
+    ``vllm:`` metric appeared at all — ``_relevant_lines`` with a name lookup instead of prefix tests."""
+    kept: list[str] = []
+    saw_vllm = False
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        saw_vllm = True
+        end = len(line)
+        for stop in ("{", " ", "\t"):
+            at = line.find(stop, 0, end)
+            if at != -1:
+                end = at
+        if line[:end] in _WANTED_SAMPLES:
+            kept.append(line)
+    return kept, saw_vllm
+
+
 def parse_vllm_metrics(text: str) -> VllmMetrics:
     """Parse a vLLM ``/metrics`` body; raise ``ExpositionError`` for anything that is not one."""
-    lines, saw_vllm = _relevant_lines(text)
+    sample_lines, saw_vllm = _wanted_sample_lines(text)
     if not saw_vllm:
         snippet = text.strip()[:60].replace("\n", " ")
         raise ExpositionError(f"no vllm: metrics in the response (starts with {snippet!r})")
-    fast = _fast_samples(lines)
+    fast = _fast_samples(sample_lines)
     if fast is not None:
         return metrics_from_samples(fast)
+    lines, _ = _relevant_lines(text)
     try:
         samples = [
             (sample.name, sample.labels, float(sample.value))
