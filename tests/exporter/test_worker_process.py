@@ -300,3 +300,64 @@ async def test_replicas_already_offered_to_the_calibration_store_are_not_offered
     assert calibrations.generation == generation
     # Without the memory the store would have been written again (the first replicas rotated out).
     assert await record_calibrations(sessionmaker, observations, predictions) > 0
+
+
+async def test_the_server_answers_the_same_with_the_loop_in_a_process_as_on_a_thread(
+    worker_settings: Settings, stub: StubServer
+) -> None:
+    """The real lifespan both ways: ``/v1/live/deployments`` and the per-deployment ``/metrics`` series agree
+    (save the times of the refresh itself), and the process way leaves no process behind."""
+    import gc
+
+    import httpx
+
+    from service.app import create_app
+
+    async def served(
+        mode: str,
+    ) -> tuple[dict[str, object], dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+        app = create_app(worker_settings.model_copy(update={"live_worker": mode}))
+        try:
+            async with (
+                app.router.lifespan_context(app),
+                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+            ):
+                assert type(app.state.live_worker).__name__ == (
+                    "LiveProcess" if mode == "process" else "LiveWorker"
+                )
+
+                async def observed() -> dict[str, object]:
+                    return (await client.get("/v1/live/deployments")).json()  # type: ignore[no-any-return]
+
+                deadline = time.monotonic() + 60
+                live = await observed()
+                while not (live["items"] and live["items"][0].get("observed_replicas")):  # type: ignore[index]
+                    assert time.monotonic() < deadline, "no observation in time"
+                    await asyncio.sleep(0.1)
+                    live = await observed()
+                text = (await client.get("/metrics")).text
+                pid = getattr(app.state.live_worker, "pid", None)
+        finally:
+            gc.unfreeze()  # the lifespan froze the test process's objects; hand them back to the collector
+        if pid is not None:
+            assert gone(pid)
+        series = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if "deployment" in s.labels and s.name != "kvcap_scrape_duration_seconds"
+        }
+        return live, series
+
+    in_process, process_series = await served("process")
+    on_thread, thread_series = await served("thread")
+    for answer in (in_process, on_thread):
+        answer["last_refresh_timestamp_seconds"] = None
+        for item in answer["items"]:  # type: ignore[attr-defined]
+            item["observed_at_seconds"] = None
+    assert in_process == on_thread
+    assert process_series == thread_series
+    assert (
+        process_series[("kvcap_observed_kv_cache_blocks", (("deployment", "chat"), ("namespace", "llm")))]
+        == 8192
+    )
