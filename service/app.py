@@ -147,6 +147,21 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             latency=app.state.latency_predictions,
         )
     app.state.live_worker = worker
+    # With the loop in a worker process, this process's own periodic reload (catalog, registry, calibrations:
+    # validating every row) runs on a thread with its own event loop and engine, not on the serving loop.
+    reloader_thread = (
+        LiveWorker(
+            settings,
+            deployments=app.state.deployments,
+            catalog=app.state.catalog,
+            calibrations=app.state.calibrations,
+            predictions=app.state.predictions,
+            live=None,
+            refresh=refresh,
+        )
+        if in_process
+        else None
+    )
     # Start-up objects (catalog, app, routes) live as long as the process: move them out of the collector's
     # generations so a full collection does not pause admission reviews for ~100 ms.
     gc.collect()
@@ -157,7 +172,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks.append(asyncio.create_task(reloader.watch(settings.tls_reload_interval_seconds)))
     if settings.scrape_enabled:
         worker.start()  # the worker thread runs the periodic refresh as well
-    if in_process or not settings.scrape_enabled:
+    if reloader_thread is not None:
+        reloader_thread.start()
+    elif not settings.scrape_enabled:
         tasks.append(
             asyncio.create_task(_every(settings.catalog_refresh_seconds, refresh, "catalog refresh"))
         )
@@ -169,6 +186,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if reloader_thread is not None:
+            await reloader_thread.stop()
         if settings.scrape_enabled:
             await worker.stop()  # the worker closes its coordinator, HTTP client and engine itself
         else:

@@ -362,7 +362,8 @@ class LiveWorker:
 
     ``refresh`` (reloading the catalog, registry and calibrations every ``KVCAP_CATALOG_REFRESH_SECONDS`` to see
     other replicas' writes) runs here too, with this thread's engine: validating a thousand rows is CPU work the
-    serving loop should not do either.
+    serving loop should not do either. With ``live=None`` the thread runs only that reload (the live loop is in
+    the worker process, ``service.exporter.worker_process``).
     """
 
     def __init__(
@@ -373,7 +374,7 @@ class LiveWorker:
         catalog: CatalogHolder,
         calibrations: CalibrationHolder,
         predictions: Predictions,
-        live: LiveManager,
+        live: LiveManager | None,
         refresh: Refresh | None = None,
         exposition: ExpositionCache | None = None,
         scales: StepTimeScales | None = None,
@@ -424,15 +425,19 @@ class LiveWorker:
         self._started.set()
         settings = self._settings
         engine = create_engine(settings.database_url, pool_size=2)
-        coordinator: Coordinator
-        if settings.database_url.startswith("postgresql"):
+        coordinator: Coordinator | None = None
+        if self._live is None:  # only the periodic reload (the live loop runs in the worker process)
+            pass
+        elif settings.database_url.startswith("postgresql"):
             coordinator = PostgresCoordinator(
                 engine, f"{socket.gethostname()}-{os.getpid()}", settings.scrape_interval_seconds
             )
         else:
             coordinator = SingleCoordinator()
         sessionmaker = create_sessionmaker(engine)
-        jobs = [asyncio.create_task(self._loop_forever(coordinator, sessionmaker))]
+        jobs = []
+        if coordinator is not None:
+            jobs.append(asyncio.create_task(self._loop_forever(coordinator, sessionmaker)))
         if self._refresh is not None:
             jobs.append(asyncio.create_task(self._refresh_forever(self._refresh, sessionmaker)))
         try:
@@ -442,7 +447,12 @@ class LiveWorker:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
         finally:
-            for close in (coordinator.close, self._live.aclose, engine.dispose):
+            closes: list[Callable[[], Awaitable[None]]] = [engine.dispose]
+            if self._live is not None:
+                closes.insert(0, self._live.aclose)
+            if coordinator is not None:
+                closes.insert(0, coordinator.close)
+            for close in closes:
                 try:
                     await close()
                 except Exception as exc:
@@ -463,6 +473,8 @@ class LiveWorker:
     async def _loop_forever(
         self, coordinator: Coordinator, sessionmaker: async_sessionmaker[AsyncSession]
     ) -> None:
+        live = self._live
+        assert live is not None
         interval_s = self._settings.scrape_interval_seconds
         last_owned: set[str] = set()
         offered: set[tuple[str, str, int]] = set()
@@ -474,7 +486,7 @@ class LiveWorker:
                     catalog=self._catalog,
                     calibrations=self._calibrations,
                     predictions=self._predictions,
-                    live=self._live,
+                    live=live,
                     coordinator=coordinator,
                     sessionmaker=sessionmaker,
                     scales=self._scales,
@@ -490,7 +502,7 @@ class LiveWorker:
                 try:
                     self._exposition.prepare(
                         self._predictions.capacities,
-                        self._live.observations,
+                        live.observations,
                         self._latency.latency if self._latency is not None else None,
                     )
                 except Exception as exc:
