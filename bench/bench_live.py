@@ -10,7 +10,14 @@ Absolute times depend on the machine, so each is printed next to a baseline meas
 - a scrape of ``/metrics`` for the same 1,000 deployments as the server answers it (``ExpositionCache``: the
   per-deployment part rendered once per refresh, the process-wide part per scrape) against the full render.
 
-Run: ``python -m bench.bench_live``.
+Memory (``memory()``, in a fresh process so that nothing else is counted): what the live worker process holds
+for 1,000 registered deployments of 10 pods each — the registry, the cached plans and the last observation of
+every pod (its histograms are the baseline of the next latency window) — measured with ``tracemalloc`` per
+deployment, and the process's resident size with all of it; plus what the serving process holds of it (the
+snapshot handed over: observations without histograms, predictions, the rendered fleet) and what unpickling
+that snapshot costs.
+
+Run: ``python -m bench.bench_live`` (``--memory`` for the memory figures alone).
 """
 
 from __future__ import annotations
@@ -237,6 +244,159 @@ def _render_benchmark(body: str) -> list[tuple[str, float, str]]:
     ]
 
 
+MEMORY_DEPLOYMENTS = 1000
+MEMORY_PODS = 10
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _memory_main() -> dict[str, float]:
+    """The figures of ``memory()``; run in a process of its own (``--memory``)."""
+    import gc
+    import json
+    import pickle
+    import tracemalloc
+
+    from bench.bench_admission import fleet_deployments
+    from service.catalog.builtin import builtin_snapshot
+    from service.catalog.snapshot import CatalogHolder
+    from service.deployments.service import DeploymentsHolder
+    from service.exporter.pipeline import Predictions
+    from service.exporter.worker_process import LiveSnapshot, slim
+    from service.planning.calibration import CalibrationHolder
+
+    text = FIXTURE.read_text()
+    catalog, calibrations = CatalogHolder(builtin_snapshot()), CalibrationHolder()
+    gc.collect()
+    rss_start = _rss_mib()
+    tracemalloc.start()
+    step = [tracemalloc.get_traced_memory()[0]]
+
+    def took() -> float:
+        gc.collect()
+        now = tracemalloc.get_traced_memory()[0]
+        used, step[0] = now - step[0], now
+        return used / MEMORY_DEPLOYMENTS / 1024
+
+    deployments = fleet_deployments(8000, MEMORY_DEPLOYMENTS)
+    holder = DeploymentsHolder(deployments)
+    registry_kib = took()
+    predictions = Predictions()
+    predictions.update(catalog, holder.deployments, calibrations)
+    plans_kib = took()
+    observations: dict[DeploymentKey, DeploymentObservation] = {}
+    for i, deployment in enumerate(holder.deployments):
+        urls = [f"http://10.{i // 250}.{i % 250}.{pod}:8000/metrics" for pod in range(MEMORY_PODS)]
+        target = LiveTarget(
+            namespace=deployment.namespace,
+            name=deployment.name,
+            source=parse_live_source({"scrape_urls": urls}),
+        )
+        results = [  # each pod's exposition parsed on its own, as a refresh reads them
+            TargetResult(
+                url=url,
+                ok=True,
+                reason=None,
+                duration_s=0.01,
+                metrics=parse_vllm_metrics(text),
+                pod=f"p-{pod}",
+            )
+            for pod, url in enumerate(urls)
+        ]
+        observations[target.namespace, target.name] = aggregate(
+            target, results, observed_at_s=time.time(), duration_s=0.02
+        )
+    del results
+    observations_kib = took()
+    tracemalloc.stop()
+    gc.collect()
+    rss_worker = _rss_mib()
+    cache = ExpositionCache()
+    light = {key: slim(o) for key, o in observations.items()}
+    order, blocks = cache.fleet(predictions.capacities, light, {})
+    payload = pickle.dumps(
+        LiveSnapshot(
+            capacities=dict(predictions.capacities),
+            observations=light,
+            latency={},
+            order=order,
+            blocks=blocks,
+            last_refresh_timestamp_s=time.time(),
+            last_refresh_duration_s=1.0,
+        ),
+        protocol=pickle.HIGHEST_PROTOCOL,
+    )
+    loads = []
+    for _ in range(5):
+        started = time.perf_counter()
+        pickle.loads(payload)
+        loads.append(time.perf_counter() - started)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    kept = pickle.loads(payload)
+    gc.collect()
+    snapshot_kib = (tracemalloc.get_traced_memory()[0] - before) / MEMORY_DEPLOYMENTS / 1024
+    del kept
+    figures = {
+        "registry_kib": registry_kib,
+        "plans_kib": plans_kib,
+        "observations_kib": observations_kib,
+        "per_deployment_kib": registry_kib + plans_kib + observations_kib,
+        "rss_start_mib": rss_start,
+        "rss_worker_mib": rss_worker,
+        "snapshot_kib": snapshot_kib,
+        "snapshot_bytes": float(len(payload)),
+        "unpickle_s": statistics.median(loads),
+    }
+    print(json.dumps(figures), flush=True)
+    return figures
+
+
+def memory() -> dict[str, float]:
+    """``_memory_main``'s figures, measured in a fresh interpreter."""
+    import json
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.bench_live", "--memory"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    figures: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return figures
+
+
+def memory_rows(figures: dict[str, float]) -> list[tuple[str, str, str]]:
+    """(name, value, note) rows of ``memory()``."""
+    pods = MEMORY_PODS
+    return [
+        (
+            f"live state per deployment ({pods} pods), worker process",
+            f"{figures['per_deployment_kib']:.1f} KiB",
+            f"registry {figures['registry_kib']:.1f} + plans {figures['plans_kib']:.1f} + "
+            f"observations {figures['observations_kib']:.1f} KiB (tracemalloc)",
+        ),
+        (
+            f"worker process RSS with {MEMORY_DEPLOYMENTS:,} deployments, {MEMORY_DEPLOYMENTS * pods:,} pods",
+            f"{figures['rss_worker_mib']:.0f} MiB",
+            f"{figures['rss_start_mib']:.0f} MiB after imports and the catalog",
+        ),
+        (
+            "snapshot the serving process holds, per deployment",
+            f"{figures['snapshot_kib']:.1f} KiB",
+            f"{figures['snapshot_bytes'] / 1024:.0f} KiB pickled for {MEMORY_DEPLOYMENTS:,}; unpickling "
+            f"{figures['unpickle_s'] * 1e3:.1f} ms",
+        ),
+    ]
+
+
 def run() -> list[tuple[str, float, str]]:
     """(name, seconds, note) rows."""
     body = FIXTURE.read_bytes()
@@ -246,6 +406,11 @@ def run() -> list[tuple[str, float, str]]:
 
 
 def main() -> None:
+    if "--memory" in sys.argv:
+        _memory_main()
+        return
+    for name, value, note in memory_rows(memory()):
+        print(f"{name:<62}  {value:>10}  {note}")
     rows = run()
     width = max(len(name) for name, _, _ in rows)
     print(f"{'benchmark':<{width}}  {'seconds':>10}  note")

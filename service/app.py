@@ -33,6 +33,7 @@ from service.exporter.pipeline import LiveWorker, Predictions
 from service.exporter.router import router as metrics_router
 from service.exporter.service_metrics import ServiceMetrics
 from service.exporter.status import router as live_status_router
+from service.exporter.worker_process import LiveProcess, LiveView, use_process
 from service.live.manager import LiveManager
 from service.logs import configure_logging
 from service.planning.calibration import CalibrationHolder
@@ -113,22 +114,52 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await app.state.step_time_scales.reload(sessionmaker)
 
     app.state.predictions = Predictions()
-    app.state.live = live = LiveManager.from_settings(settings)
     app.state.exposition = ExpositionCache()
-    # Scraping, parsing and re-planning run on a thread with its own event loop, never on the serving loop.
-    worker = LiveWorker(
-        settings,
-        deployments=app.state.deployments,
-        catalog=app.state.catalog,
-        calibrations=app.state.calibrations,
-        predictions=app.state.predictions,
-        live=live,
-        refresh=refresh,
-        exposition=app.state.exposition,
-        scales=app.state.step_time_scales,
-        latency=app.state.latency_predictions,
-    )
+    in_process = settings.scrape_enabled and use_process(settings)
+    worker: LiveWorker | LiveProcess
+    if in_process:
+        # Scraping, parsing and re-planning run in a worker process; this one only swaps in its snapshots.
+        app.state.live = view = LiveView()
+        live: LiveManager | LiveView = view
+        worker = LiveProcess(
+            settings,
+            view=view,
+            deployments=app.state.deployments,
+            predictions=app.state.predictions,
+            latency=app.state.latency_predictions,
+            exposition=app.state.exposition,
+        )
+    else:
+        app.state.live = live = LiveManager.from_settings(settings)
+        # KVCAP_LIVE_WORKER=thread: the same loop on a thread with its own event loop.
+        worker = LiveWorker(
+            settings,
+            deployments=app.state.deployments,
+            catalog=app.state.catalog,
+            calibrations=app.state.calibrations,
+            predictions=app.state.predictions,
+            live=live,
+            refresh=refresh,
+            exposition=app.state.exposition,
+            scales=app.state.step_time_scales,
+            latency=app.state.latency_predictions,
+        )
     app.state.live_worker = worker
+    # With the loop in a worker process, this process's own periodic reload (catalog, registry, calibrations:
+    # validating every row) runs on a thread with its own event loop and engine, not on the serving loop.
+    reloader_thread = (
+        LiveWorker(
+            settings,
+            deployments=app.state.deployments,
+            catalog=app.state.catalog,
+            calibrations=app.state.calibrations,
+            predictions=app.state.predictions,
+            live=None,
+            refresh=refresh,
+        )
+        if in_process
+        else None
+    )
     # Start-up objects (catalog, app, routes) live as long as the process: move them out of the collector's
     # generations so a full collection does not pause admission reviews for ~100 ms.
     gc.collect()
@@ -138,8 +169,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if reloader is not None:
         tasks.append(asyncio.create_task(reloader.watch(settings.tls_reload_interval_seconds)))
     if settings.scrape_enabled:
-        worker.start()  # runs the periodic refresh as well
-    else:
+        worker.start()  # the worker thread runs the periodic refresh as well
+    if reloader_thread is not None:
+        reloader_thread.start()
+    elif not settings.scrape_enabled:
         tasks.append(
             asyncio.create_task(_every(settings.catalog_refresh_seconds, refresh, "catalog refresh"))
         )
@@ -151,8 +184,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if reloader_thread is not None:
+            await reloader_thread.stop()
         if settings.scrape_enabled:
-            await worker.stop()  # closes the worker's coordinator, HTTP client and engine on its own loop
+            await worker.stop()  # the worker closes its coordinator, HTTP client and engine itself
         else:
             await live.aclose()
         await engine.dispose()

@@ -105,6 +105,10 @@ class Settings(BaseSettings):
         description="hosts, *.domain suffixes or CIDRs that may be scraped; empty = any non-link-local host",
     )
     scrape_enabled: bool = True
+    live_worker: Literal["auto", "process", "thread"] = Field(
+        default="auto",
+        description="where the live loop runs: a worker process (auto: where the database allows it) or a thread",
+    )
 
     tls_cert_file: str | None = Field(
         default=None, description="PEM certificate chain: serve HTTPS (required for the admission webhook)"

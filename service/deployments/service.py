@@ -155,6 +155,11 @@ class DeploymentsHolder:
     def by_key(self) -> Mapping[DeploymentKey, DeploymentRead]:
         return self._by_key
 
+    @property
+    def writes(self) -> int:
+        """Writes through ``put``/``remove`` so far (the live worker process reloads the registry after one)."""
+        return self._writes
+
     def put(self, deployment: DeploymentRead) -> None:
         """Add or replace one deployment (after its write committed)."""
         with self._lock:

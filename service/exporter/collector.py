@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -21,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from service.exporter.names import METRICS, MetricName
 from service.exporter.service_metrics import ServiceMetrics
-from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager
+from service.live.manager import DeploymentKey, DeploymentObservation
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """Media type of ``render_metrics`` output (the classic text format ``generate_latest`` writes)."""
@@ -68,14 +69,30 @@ class SelfMetrics:
     last_refresh_timestamp_seconds: float | None = None
     refresh_duration_seconds: float | None = None
     deployments_tracked: int = 0
+    worker_restarts: int = 0
+    """Times the live worker process died and was started again (always 0 with the worker thread)."""
 
     @classmethod
-    def of(cls, manager: LiveManager) -> SelfMetrics:
+    def of(cls, manager: LiveState) -> SelfMetrics:
         return cls(
             last_refresh_timestamp_seconds=manager.last_refresh_timestamp_s,
             refresh_duration_seconds=manager.last_refresh_duration_s,
             deployments_tracked=manager.deployments_tracked,
+            worker_restarts=getattr(manager, "worker_restarts", 0),
         )
+
+
+class LiveState(Protocol):
+    """What ``SelfMetrics`` reads: a ``LiveManager``, or the serving process's view of the worker process's."""
+
+    @property
+    def last_refresh_timestamp_s(self) -> float | None: ...
+
+    @property
+    def last_refresh_duration_s(self) -> float | None: ...
+
+    @property
+    def deployments_tracked(self) -> int: ...
 
 
 DEFAULT_ADMISSION_BUCKETS: tuple[float, ...] = (
@@ -286,6 +303,7 @@ class KvcapCollector(Collector):
         if self._self.refresh_duration_seconds is not None:
             add("kvcap_refresh_duration_seconds", [], self._self.refresh_duration_seconds)
         add("kvcap_deployments_tracked", [], self._self.deployments_tracked)
+        add("kvcap_live_worker_restarts_total", [], self._self.worker_restarts)
 
         yield from families.values()
         yield from self._admission.collect()

@@ -110,6 +110,30 @@ class ExpositionCache:
             self.renders += 1
             return current
 
+    def fleet(
+        self,
+        predictions: Mapping[DeploymentKey, PredictedCapacity],
+        observations: Mapping[DeploymentKey, DeploymentObservation],
+        latency: Mapping[DeploymentKey, PredictedLatency] | None = None,
+    ) -> tuple[tuple[str, ...], Mapping[str, bytes]]:
+        r"""The family order and the rendered per-deployment blocks of this snapshot (what the live worker
+        process hands to the serving process, which ``install``\ s them)."""
+        rendered = self._rendered_for(predictions, observations, latency)
+        return rendered.order, rendered.blocks
+
+    def install(
+        self,
+        predictions: Mapping[DeploymentKey, PredictedCapacity],
+        observations: Mapping[DeploymentKey, DeploymentObservation],
+        latency: Mapping[DeploymentKey, PredictedLatency] | None,
+        order: tuple[str, ...],
+        blocks: Mapping[str, bytes],
+    ) -> None:
+        """Take the blocks ``fleet`` rendered elsewhere as the render of this snapshot (the same objects the
+        routes will pass to ``render``)."""
+        with self._lock:
+            self._rendered = _Rendered(predictions, observations, latency, order=order, blocks=blocks)
+
     def render(
         self,
         predictions: Mapping[DeploymentKey, PredictedCapacity],

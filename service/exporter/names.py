@@ -114,6 +114,12 @@ METRICS: tuple[MetricName, ...] = (
         (),
     ),
     MetricName(
+        "kvcap_live_worker_restarts_total",
+        "counter",
+        "Times the live-metrics worker process died and was started again",
+        (),
+    ),
+    MetricName(
         "kvcap_observed_ttft_seconds",
         "gauge",
         "Time to first token vLLM reports since the previous refresh (stat: mean, p50, p99), over replicas",

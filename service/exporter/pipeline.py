@@ -43,8 +43,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service.catalog.snapshot import CatalogHolder, CatalogSnapshot
 from service.db.session import create_engine, create_sessionmaker
-from service.deployments.schemas import DeploymentPlan, DeploymentRead
-from service.deployments.service import DeploymentsHolder, deployment_plan
+from service.deployments.schemas import DeploymentRead
+from service.deployments.service import DeploymentsHolder, deployment_plan, plan_body
 from service.errors import ServiceError
 from service.exporter.collector import PredictedCapacity
 from service.exporter.exposition import ExpositionCache
@@ -52,10 +52,11 @@ from service.exporter.latency import LatencyPredictions, record_step_times
 from service.live.coordination import Coordinator, PostgresCoordinator, SingleCoordinator
 from service.live.manager import DeploymentKey, DeploymentObservation, LiveManager, LiveTarget
 from service.live.schemas import parse_live_source
-from service.planning.calibration import CalibrationHolder
+from service.planning.calibration import Calibration, CalibrationHolder, calibration_key
 from service.planning.calibration_store import record_observation
 from service.planning.schemas import PlanResponse
-from service.planning.step_time_calibration import StepTimeScales
+from service.planning.service import make_plan
+from service.planning.step_time_calibration import StepTimeScale, StepTimeScales
 from service.settings import Settings
 
 logger = logging.getLogger("kvcap.live")
@@ -64,17 +65,33 @@ logger = logging.getLogger("kvcap.live")
 @dataclass(frozen=True, slots=True)
 class _Cached:
     fingerprint: tuple[object, ...]
-    plan: DeploymentPlan | None
-    uncalibrated: PlanResponse | None
+    """The deployment's version and update time and the catalog generation the plan was made under."""
+    deployment: DeploymentRead
+    catalog: CatalogSnapshot
     capacity: PredictedCapacity | None
+    configuration: str | None = None
+    """The plan's calibration key: the one calibration and step-time scale the plan depends on."""
+    block_size: int | None = None
+    """The block size the plan predicts (an observation with another one does not calibrate it)."""
+    calibration: Calibration | None = None
+    scale: StepTimeScale | None = None
 
 
 class Predictions:
-    """Plans of owned deployments, recomputed only when their inputs change."""
+    """Plans of owned deployments, recomputed only when their own inputs change.
+
+    A plan depends on the deployment, the catalog, and the calibration and step-time scale of its own
+    configuration (``calibration_key``); a calibration recorded for one configuration re-plans the deployments
+    of that configuration only, not the fleet. Only what the loop reads later is kept per deployment: the
+    exported capacity, the configuration's key and block size; the uncalibrated plan (what a calibration is
+    recorded against, ~17 KiB of objects) is made again on the rare tick that records one.
+    """
 
     def __init__(self) -> None:
         self._cache: dict[DeploymentKey, _Cached] = {}
         self.capacities: Mapping[DeploymentKey, PredictedCapacity] = {}
+        self.planned = 0
+        """Plans computed so far (cache misses), for tests and diagnostics."""
 
     def update(
         self,
@@ -85,25 +102,51 @@ class Predictions:
     ) -> None:
         catalog = holder.snapshot
         cache: dict[DeploymentKey, _Cached] = {}
+        changed = False
         for deployment in deployments:
             key = (deployment.namespace, deployment.name)
-            fingerprint = (
-                deployment.version,
-                deployment.updated_at,
-                holder.generation,
-                calibrations.generation,
-                scales.generation if scales is not None else 0,
-            )
+            fingerprint = (deployment.version, deployment.updated_at, holder.generation)
             cached = self._cache.get(key)
-            if cached is None or cached.fingerprint != fingerprint:
+            if cached is None or not _still_valid(cached, fingerprint, calibrations, scales):
                 cached = _plan(deployment, catalog, calibrations, fingerprint, scales)
+                self.planned += 1
+                changed = True
             cache[key] = cached
+        if not changed and cache.keys() == self._cache.keys():
+            return  # the same plans: keep the published mapping (readers key rendered output on its identity)
         self._cache = cache
         self.capacities = {key: c.capacity for key, c in cache.items() if c.capacity is not None}
 
     def uncalibrated(self, key: DeploymentKey) -> PlanResponse | None:
+        """The deployment's plan without calibration (planned again: it is not kept)."""
         cached = self._cache.get(key)
-        return cached.uncalibrated if cached else None
+        if cached is None or cached.capacity is None:
+            return None
+        try:
+            return make_plan(cached.catalog, plan_body(cached.deployment))
+        except (ServiceError, ValidationError, ValueError):
+            return None
+
+    def configuration(self, key: DeploymentKey) -> tuple[str, int] | None:
+        """The deployment's calibration key and predicted block size (None when it could not be planned)."""
+        cached = self._cache.get(key)
+        if cached is None or cached.configuration is None or cached.block_size is None:
+            return None
+        return cached.configuration, cached.block_size
+
+
+def _still_valid(
+    cached: _Cached,
+    fingerprint: tuple[object, ...],
+    calibrations: CalibrationHolder,
+    scales: StepTimeScales | None,
+) -> bool:
+    if cached.fingerprint != fingerprint:
+        return False
+    if cached.configuration is None:  # the deployment could not be planned: no calibration applies to it
+        return True
+    scale = scales.by_key.get(cached.configuration) if scales is not None else None
+    return calibrations.by_key.get(cached.configuration) == cached.calibration and scale == cached.scale
 
 
 def _plan(
@@ -122,7 +165,7 @@ def _plan(
         )
     except (ServiceError, ValidationError, ValueError) as exc:
         logger.warning("cannot plan %s/%s: %s", deployment.namespace, deployment.name, exc)
-        return _Cached(fingerprint, None, None, None)
+        return _Cached(fingerprint, deployment, catalog, None)
     kv = planned.plan.kv_cache
     recommended = (
         planned.recommendation.recommended.replicas
@@ -138,7 +181,17 @@ def _plan(
         recommended_replicas=recommended,
         replicas=deployment.replicas,
     )
-    return _Cached(fingerprint, planned, uncalibrated, capacity)
+    configuration = calibration_key(uncalibrated)
+    return _Cached(
+        fingerprint,
+        deployment,
+        catalog,
+        capacity,
+        configuration=configuration,
+        block_size=uncalibrated.kv_cache.block_size,
+        calibration=calibrations.by_key.get(configuration),
+        scale=scales.by_key.get(configuration) if scales is not None else None,
+    )
 
 
 def live_targets(deployments: Sequence[DeploymentRead]) -> list[LiveTarget]:
@@ -158,25 +211,45 @@ async def record_calibrations(
     sessionmaker: async_sessionmaker[AsyncSession],
     observations: Mapping[DeploymentKey, DeploymentObservation],
     predictions: Predictions,
+    offered: set[tuple[str, str, int]] | None = None,
 ) -> int:
-    """Store each healthy replica's ``num_gpu_blocks`` for its configuration (see module docstring)."""
+    """Store each healthy replica's ``num_gpu_blocks`` for its configuration (see module docstring).
+
+    ``offered`` (kept by the caller across ticks) holds the (replica, configuration, blocks) already offered
+    to the store: a replica that keeps reporting the same count is not offered again. Without it, a
+    configuration run by more replicas than the store keeps (``KEEP_OBSERVATIONS``) would rotate its kept
+    observations on every tick, bump the calibration generation each time and re-plan those deployments.
+    """
     recorded = 0
+    current: set[tuple[str, str, int]] = set()
     async with sessionmaker() as session:
         for key, observation in observations.items():
-            plan = predictions.uncalibrated(key)
-            if plan is None:
+            known = predictions.configuration(key)
+            if known is None:
                 continue
+            configuration, block_size = known
+            plan: PlanResponse | None = None
             for pod in observation.pods:
                 if not pod.up or not pod.num_gpu_blocks or not pod.cache_config:
                     continue
-                if str(pod.cache_config.get("block_size")) != str(plan.kv_cache.block_size):
+                if str(pod.cache_config.get("block_size")) != str(block_size):
                     continue
                 per_engine = pod.num_gpu_blocks // max(1, pod.data_parallel_size)
                 source = f"{key[0]}/{key[1]}/{pod.pod}"
+                seen = (source, configuration, per_engine)
+                current.add(seen)
+                if offered is not None and seen in offered:
+                    continue
+                plan = plan or predictions.uncalibrated(key)
+                if plan is None:
+                    break
                 recorded += await record_observation(
                     session, plan, observed_num_gpu_blocks=per_engine, source=source
                 )
         await session.commit()
+    if offered is not None:  # only after the commit: a failed write is offered again on the next tick
+        offered.clear()
+        offered.update(current)
     return recorded
 
 
@@ -209,6 +282,7 @@ async def live_tick(
     scales: StepTimeScales | None = None,
     latency: LatencyPredictions | None = None,
     last_owned: set[str] | None = None,
+    offered: set[tuple[str, str, int]] | None = None,
 ) -> None:
     """One pass of the loop described in the module docstring.
 
@@ -216,7 +290,7 @@ async def live_tick(
     (``DeploymentsHolder`` keeps it when a reload fails), and when the coordinator cannot reach the database
     the deployments owned on the last good tick (``last_owned``, kept by the caller across ticks) stay owned
     (``Coordinator.reachable``), so their predicted and observed series keep being exported instead of all
-    disappearing at once.
+    disappearing at once. ``offered`` (also kept across ticks) is ``record_calibrations``' memory.
     """
     registered = deployments.deployments
     by_name = {f"{d.namespace}/{d.name}": d for d in registered}
@@ -229,7 +303,7 @@ async def live_tick(
     owned = [by_name[name] for name in sorted(owned_names) if name in by_name]
     predictions.update(catalog, owned, calibrations, scales)
     await live.refresh(live_targets(owned))
-    if await record_calibrations(sessionmaker, live.observations, predictions):
+    if await record_calibrations(sessionmaker, live.observations, predictions, offered):
         await calibrations.reload(sessionmaker)
         predictions.update(catalog, owned, calibrations, scales)
     await refresh_latency(
@@ -248,6 +322,7 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
     The server runs it in a ``LiveWorker`` instead; this form suits a caller that has no serving loop to keep free.
     """
     last_owned: set[str] = set()
+    offered: set[tuple[str, str, int]] = set()
     while True:
         started = time.monotonic()
         try:
@@ -262,6 +337,7 @@ async def run_live_loop(app: FastAPI, live: LiveManager, coordinator: Coordinato
                 scales=getattr(app.state, "step_time_scales", None),
                 latency=getattr(app.state, "latency_predictions", None),
                 last_owned=last_owned,
+                offered=offered,
             )
         except asyncio.CancelledError:
             raise
@@ -286,7 +362,8 @@ class LiveWorker:
 
     ``refresh`` (reloading the catalog, registry and calibrations every ``KVCAP_CATALOG_REFRESH_SECONDS`` to see
     other replicas' writes) runs here too, with this thread's engine: validating a thousand rows is CPU work the
-    serving loop should not do either.
+    serving loop should not do either. With ``live=None`` the thread runs only that reload (the live loop is in
+    the worker process, ``service.exporter.worker_process``).
     """
 
     def __init__(
@@ -297,7 +374,7 @@ class LiveWorker:
         catalog: CatalogHolder,
         calibrations: CalibrationHolder,
         predictions: Predictions,
-        live: LiveManager,
+        live: LiveManager | None,
         refresh: Refresh | None = None,
         exposition: ExpositionCache | None = None,
         scales: StepTimeScales | None = None,
@@ -348,15 +425,19 @@ class LiveWorker:
         self._started.set()
         settings = self._settings
         engine = create_engine(settings.database_url, pool_size=2)
-        coordinator: Coordinator
-        if settings.database_url.startswith("postgresql"):
+        coordinator: Coordinator | None = None
+        if self._live is None:  # only the periodic reload (the live loop runs in the worker process)
+            pass
+        elif settings.database_url.startswith("postgresql"):
             coordinator = PostgresCoordinator(
                 engine, f"{socket.gethostname()}-{os.getpid()}", settings.scrape_interval_seconds
             )
         else:
             coordinator = SingleCoordinator()
         sessionmaker = create_sessionmaker(engine)
-        jobs = [asyncio.create_task(self._loop_forever(coordinator, sessionmaker))]
+        jobs = []
+        if coordinator is not None:
+            jobs.append(asyncio.create_task(self._loop_forever(coordinator, sessionmaker)))
         if self._refresh is not None:
             jobs.append(asyncio.create_task(self._refresh_forever(self._refresh, sessionmaker)))
         try:
@@ -366,7 +447,12 @@ class LiveWorker:
                 job.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
         finally:
-            for close in (coordinator.close, self._live.aclose, engine.dispose):
+            closes: list[Callable[[], Awaitable[None]]] = [engine.dispose]
+            if self._live is not None:
+                closes.insert(0, self._live.aclose)
+            if coordinator is not None:
+                closes.insert(0, coordinator.close)
+            for close in closes:
                 try:
                     await close()
                 except Exception as exc:
@@ -387,8 +473,11 @@ class LiveWorker:
     async def _loop_forever(
         self, coordinator: Coordinator, sessionmaker: async_sessionmaker[AsyncSession]
     ) -> None:
+        live = self._live
+        assert live is not None
         interval_s = self._settings.scrape_interval_seconds
         last_owned: set[str] = set()
+        offered: set[tuple[str, str, int]] = set()
         while True:
             started = time.monotonic()
             try:
@@ -397,12 +486,13 @@ class LiveWorker:
                     catalog=self._catalog,
                     calibrations=self._calibrations,
                     predictions=self._predictions,
-                    live=self._live,
+                    live=live,
                     coordinator=coordinator,
                     sessionmaker=sessionmaker,
                     scales=self._scales,
                     latency=self._latency,
                     last_owned=last_owned,
+                    offered=offered,
                 )
             except asyncio.CancelledError:
                 raise
@@ -412,7 +502,7 @@ class LiveWorker:
                 try:
                     self._exposition.prepare(
                         self._predictions.capacities,
-                        self._live.observations,
+                        live.observations,
                         self._latency.latency if self._latency is not None else None,
                     )
                 except Exception as exc:

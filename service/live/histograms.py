@@ -22,6 +22,7 @@ first bucket taken as 0, and the highest finite bound returned when the rank fal
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -46,53 +47,101 @@ HISTOGRAM_NAMES: tuple[str, ...] = (
     ITERATION_TOKENS,
 )
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+_SAMPLE_PARTS: dict[str, tuple[str, str]] = {
+    name + suffix: (name, suffix) for name in HISTOGRAM_NAMES for suffix in HISTOGRAM_SUFFIXES
+}
 
 
-@dataclass(frozen=True, slots=True)
+_BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
+"""Every distinct bucket-bound tuple seen, kept once: a fleet's pods share a handful (vLLM's fixed buckets)."""
+
+
+def _shared_bounds(bounds: tuple[float, ...]) -> tuple[float, ...]:
+    if len(_BOUNDS) > 4096:  # unbounded label churn must not grow this forever
+        _BOUNDS.clear()
+    return _BOUNDS.setdefault(bounds, bounds)
+
+
 class Histogram:
-    """One cumulative histogram: ``buckets`` are (upper bound, cumulative count), ending with +Inf."""
+    """One cumulative histogram: ``buckets`` are (upper bound, cumulative count), ending with +Inf.
 
-    buckets: tuple[tuple[float, float], ...]
-    sum: float
-    count: float
+    Stored compactly, because the live loop keeps each pod's last read as the baseline of the next window (for
+    10,000 pods, ~10^6 buckets): the bounds as one tuple shared by every histogram with the same bounds, the
+    counts as a packed ``array`` of doubles — 8 bytes a bucket instead of a pair of two float objects (~100).
+    """
+
+    __slots__ = ("_bounds", "_counts", "count", "sum")
+
+    def __init__(self, *, buckets: Iterable[tuple[float, float]], sum: float, count: float) -> None:
+        pairs = tuple(buckets)
+        self._bounds = _shared_bounds(tuple(float(b) for b, _ in pairs))
+        self._counts = array("d", [c for _, c in pairs])  # from a list: allocated to size, not grown
+        self.sum = sum
+        self.count = count
+
+    @classmethod
+    def _of(cls, bounds: tuple[float, ...], counts: array[float], sum: float, count: float) -> Histogram:
+        histogram = cls.__new__(cls)
+        histogram._bounds, histogram._counts, histogram.sum, histogram.count = bounds, counts, sum, count
+        return histogram
+
+    @property
+    def buckets(self) -> tuple[tuple[float, float], ...]:
+        return tuple(zip(self._bounds, self._counts, strict=True))
 
     @property
     def bounds(self) -> tuple[float, ...]:
-        return tuple(bound for bound, _ in self.buckets)
+        return self._bounds
 
     @property
     def mean(self) -> float | None:
         return self.sum / self.count if self.count > 0 else None
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Histogram):
+            return NotImplemented
+        return (self._bounds, self._counts, self.sum, self.count) == (
+            other._bounds,
+            other._counts,
+            other.sum,
+            other.count,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._bounds, tuple(self._counts), self.sum, self.count))
+
+    def __repr__(self) -> str:
+        return f"Histogram(buckets={self.buckets!r}, sum={self.sum!r}, count={self.count!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (self._bounds, self._counts, self.sum, self.count))
+
     def plus(self, other: Histogram) -> Histogram | None:
         """Both histograms together (pods or engines of one deployment); None when the bounds differ."""
-        if self.bounds != other.bounds:
+        if self._bounds != other._bounds:
             return None
-        return Histogram(
-            buckets=tuple((b, c + d) for (b, c), (_, d) in zip(self.buckets, other.buckets, strict=True)),
-            sum=self.sum + other.sum,
-            count=self.count + other.count,
-        )
+        counts = array("d", [c + d for c, d in zip(self._counts, other._counts, strict=True)])
+        return Histogram._of(self._bounds, counts, self.sum + other.sum, self.count + other.count)
 
     def minus(self, earlier: Histogram) -> Histogram | None:
         """What was observed since ``earlier``; None after a restart (a count went down) or a bounds change."""
-        if self.bounds != earlier.bounds or self.count < earlier.count:
+        if self._bounds != earlier._bounds or self.count < earlier.count:
             return None
-        diff = tuple((b, c - d) for (b, c), (_, d) in zip(self.buckets, earlier.buckets, strict=True))
-        if any(count < 0 for _, count in diff):
+        diff = array("d", [c - d for c, d in zip(self._counts, earlier._counts, strict=True)])
+        if any(count < 0 for count in diff):
             return None
-        return Histogram(buckets=diff, sum=self.sum - earlier.sum, count=self.count - earlier.count)
+        return Histogram._of(self._bounds, diff, self.sum - earlier.sum, self.count - earlier.count)
 
     def quantile(self, q: float) -> float | None:
         """Prometheus' ``histogram_quantile(q, …)`` over these buckets (None when empty)."""
-        if not 0 <= q <= 1 or self.count <= 0 or not self.buckets:
+        if not 0 <= q <= 1 or self.count <= 0 or not self._counts:
             return None
-        total = self.buckets[-1][1]
+        total = self._counts[-1]
         if total <= 0:
             return None
         rank = q * total
         lower_bound, lower_count = 0.0, 0.0
-        for bound, cumulative in self.buckets:
+        for bound, cumulative in zip(self._bounds, self._counts, strict=True):
             if cumulative >= rank:
                 if math.isinf(bound):
                     # The rank is above every finite bound: Prometheus returns the highest finite bound.
@@ -105,6 +154,10 @@ class Histogram:
         return lower_bound
 
 
+def _rebuild(bounds: tuple[float, ...], counts: array[float], sum: float, count: float) -> Histogram:
+    return Histogram._of(_shared_bounds(bounds), counts, sum, count)
+
+
 def histograms_from_samples(
     samples: Iterable[tuple[str, Mapping[str, str], float]],
 ) -> dict[str, Histogram]:
@@ -114,15 +167,18 @@ def histograms_from_samples(
     """
     parts: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, object]] = {}
     for name, labels, value in samples:
-        for suffix in HISTOGRAM_SUFFIXES:
-            base = name.removesuffix(suffix)
-            if base != name and base in HISTOGRAM_NAMES:
-                break
-        else:
+        parts_of_name = _SAMPLE_PARTS.get(name)
+        if parts_of_name is None:
             continue
+        base, suffix = parts_of_name  # ``base`` is the module's constant: no string kept per pod
         if not math.isfinite(value) and suffix != "_bucket":
             continue
-        series = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+        if "le" in labels:
+            other = dict(labels)
+            del other["le"]
+            series = tuple(sorted(other.items()))
+        else:
+            series = tuple(sorted(labels.items()))
         entry = parts.setdefault((base, series), {"buckets": {}, "sum": None, "count": None})
         if suffix == "_bucket":
             try:

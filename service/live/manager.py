@@ -124,6 +124,18 @@ def _source_kind(source: LiveSource) -> SourceKind:
     return "prometheus"
 
 
+_CONFIGS: dict[frozenset[tuple[str, str]], Mapping[str, str]] = {}
+
+
+def _shared_config(labels: Mapping[str, str]) -> Mapping[str, str]:
+    """One read-only copy per distinct ``cache_config_info`` label set: the pods of a deployment (and most of
+    a fleet) report the same one, and each pod's copy is held until its next read."""
+    key = frozenset(labels.items())
+    if len(_CONFIGS) > 4096:  # a fleet of distinct configurations: start over rather than grow forever
+        _CONFIGS.clear()
+    return _CONFIGS.setdefault(key, MappingProxyType(dict(labels)))
+
+
 def _pod_observation(result: TargetResult, pod: str) -> PodObservation:
     metrics = result.metrics
     if not result.ok or metrics is None:
@@ -148,7 +160,7 @@ def _pod_observation(result: TargetResult, pod: str) -> PodObservation:
         preemptions_total=metrics.preemptions_total,
         data_parallel_size=metrics.data_parallel_size,
         model_names=metrics.model_names,
-        cache_config=MappingProxyType(dict(config.labels)) if config is not None else None,
+        cache_config=_shared_config(config.labels) if config is not None else None,
         histograms=metrics.histograms,
     )
 

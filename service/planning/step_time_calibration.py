@@ -80,7 +80,7 @@ class StepTimeScales:
     async def reload(self, sessionmaker: async_sessionmaker[AsyncSession]) -> None:
         async with sessionmaker() as session:
             rows = (await session.execute(select(StepTimeCalibrationEntry))).scalars().all()
-        self.by_key = {
+        by_key = {
             row.key: StepTimeScale(
                 time_scale=statistics.median(float(o["time_scale"]) for o in row.observations),
                 samples=row.samples,
@@ -88,6 +88,11 @@ class StepTimeScales:
             for row in rows
             if row.observations
         }
+        if (
+            by_key == self.by_key
+        ):  # nothing new: plans and simulations cached under this generation stay valid
+            return
+        self.by_key = by_key  # before the bump: a reader never sees the new generation with the old data
         self.generation += 1
 
 

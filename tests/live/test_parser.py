@@ -200,3 +200,44 @@ def test_unrelated_garbage_after_valid_vllm_lines_does_not_hide_them() -> None:
 def test_non_finite_values_are_treated_as_missing() -> None:
     metrics = parse_vllm_metrics('vllm:kv_cache_usage_perc{engine="0"} NaN\n')
     assert metrics.kv_cache_usage_ratio is None
+
+
+def _full_parser_samples(lines: list[str]) -> list[tuple[str, dict[str, str], float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [
+        (s.name, s.labels, float(s.value))
+        for family in text_string_to_metric_families("\n".join(lines) + "\n")
+        for s in family.samples
+    ]
+
+
+@pytest.mark.parametrize("name", ["vllm-0.32.0-cpu-busy.txt", "vllm-0.32.0-cpu-idle.txt"])
+def test_the_fast_sample_reader_gives_what_prometheus_clients_parser_gives(
+    vllm_metrics_dir: Path, name: str
+) -> None:
+    from service.live.parser import _fast_samples, _relevant_lines
+
+    lines, _ = _relevant_lines(fixture_text(vllm_metrics_dir, name))
+    fast = _fast_samples(lines)
+    assert fast is not None  # vLLM's own output is the plain form
+    assert sorted(map(repr, fast)) == sorted(map(repr, _full_parser_samples(lines)))
+
+
+def test_escaped_label_values_read_the_same_and_odd_lines_go_to_the_full_parser() -> None:
+    from service.live.parser import _fast_samples
+
+    escaped = [
+        'vllm:cache_config_info{engine="0",prefix="a\\"b\\\\c\\nd",block_size="16"} 1.0',
+        "vllm:num_requests_running 3 1700000000000",
+    ]
+    assert _fast_samples(escaped) == _full_parser_samples(escaped)
+    assert _fast_samples(escaped)[0][1]["prefix"] == 'a"b\\c\nd'  # type: ignore[index]
+    for odd in (
+        'vllm:num_requests_running{ model_name="m" } 3',  # blanks inside the braces
+        "vllm:num_requests_running 1_000",  # float() would read it, the format does not
+        'vllm:num_requests_running{__name__="x"} 1',
+    ):
+        assert _fast_samples([odd]) is None, odd
+    text = 'vllm:num_requests_running{ model_name="m" } 3\n'
+    assert parse_vllm_metrics(text).requests_running == 3.0  # the full parser still reads it
