@@ -62,12 +62,12 @@ def validation_message(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def post_json(server: str, path: str, body: dict[str, object], *, timeout: float = 30) -> dict[str, object]:
+def post_json(server: str, path: str, body: dict[str, object]) -> dict[str, object]:
     """Ask a kvcap server; its 4xx become a ``CommandError`` (exit 2) with the server's message."""
     import httpx
 
     try:
-        response = httpx.post(server.rstrip("/") + path, json=body, timeout=timeout)
+        response = httpx.post(server.rstrip("/") + path, json=body, timeout=30)
     except httpx.HTTPError as exc:
         raise CommandError(f"cannot reach {server}: {exc}") from None
     if response.status_code >= 400:

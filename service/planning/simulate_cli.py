@@ -48,13 +48,21 @@ def _validation_message(exc: Any) -> str:
 
 
 def _post(server: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Ask a kvcap server's ``/v1/simulations``; its 4xx become exit 2 with the server's message."""
-    from service.cli_fast import CommandError, post_json
+    """Ask a kvcap server; its 4xx become exit 2 with the server's message."""
+    import httpx
 
     try:
-        return post_json(server, "/v1/simulations", body, timeout=120)
-    except CommandError as exc:
-        raise _fail(exc.message, exc.code) from None
+        response = httpx.post(server.rstrip("/") + "/v1/simulations", json=body, timeout=120)
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach {server}: {exc}") from None
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text[:500]
+        raise _fail(f"{server} answered {response.status_code}: {detail}")
+    data: dict[str, Any] = response.json()
+    return data
 
 
 def simulate_command(
