@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from service.catalog.builtin import builtin_snapshot
-from service.catalog.resolve import resolve_gpu, resolve_model
+from service.catalog.resolve import ModelMatch, resolve_gpu, resolve_model
 from service.catalog.snapshot import CatalogGpu, CatalogSnapshot
 from service.core.engines import DEFAULT_ENGINE, OLDEST_VERSION, resolve_engine
 from service.core.errors import InvalidSpec
@@ -77,6 +77,7 @@ from service.core.overheads import (
     sampler_sorts,
 )
 from service.core.planner import CapacityPlan, PlanRequest, plan
+from service.core.planner.features import ServingFeatures
 from service.core.specs import GpuSpec, ModelSpec
 from service.core.units import GIB
 from service.core.weights import resolve_quantization, weight_shares
@@ -103,11 +104,12 @@ _UNMODELLED = (
     ("--kv-transfer-config", "KV connector (extra GPU buffers not modelled)"),
     ("--speculative-config", "speculative decoding (draft model / MTP not modelled)"),
     ("--enable-sleep-mode", "sleep mode"),
-    (
-        "--enable-expert-parallel",
-        "expert parallelism (experts sharded over data-parallel ranks not modelled)",
-    ),
 )
+# Data / expert parallelism as launched: ``-dp=8`` / ``--data-parallel-size 8`` / ``data_parallel_size=8`` and
+# ``--enable-expert-parallel`` / ``enable_expert_parallel=True`` (features.py shards the experts over TP × DP and
+# replicates attention per DP rank, so each rank's KV budget is planned).
+_DATA_PARALLEL = re.compile(r"(?:-dp|--data-parallel-size|data_parallel_size)[ =](\d+)")
+_EXPERT_PARALLEL = re.compile(r"--enable-expert-parallel\b|enable_expert_parallel=True")
 
 
 # --- loading -------------------------------------------------------------------------------------------------
@@ -260,6 +262,17 @@ def _gpu_tokens(text: str) -> set[str]:
     return words
 
 
+def resolve_case_model(snapshot: CatalogSnapshot, ref: str) -> ModelMatch | None:
+    """The logged name, then without its parenthesised note, then the Hub id the note presumes for a local
+    directory ("DeepSeek-R1-32B-FULL (local directory; presumably deepseek-ai/DeepSeek-R1-Distill-Qwen-32B)")."""
+    presumed = re.search(r"presumably ([\w.-]+/[\w.-]+)", ref)
+    return (
+        resolve_model(snapshot, ref)
+        or resolve_model(snapshot, re.sub(r"\s*\(.*\)", "", ref))
+        or (resolve_model(snapshot, presumed.group(1)) if presumed else None)
+    )
+
+
 def resolve_case_gpu(snapshot: CatalogSnapshot, case: dict[str, Any]) -> tuple[GpuSpec | None, str]:
     """The GPU a case ran on: the logged total when present (exact), else the catalog entry."""
     name = str(case.get("gpu") or "")
@@ -280,6 +293,14 @@ def resolve_case_gpu(snapshot: CatalogSnapshot, case: dict[str, Any]) -> tuple[G
         if pool and len({g.spec.memory_bytes for g in pool}) == 1:
             found = sorted(pool, key=lambda g: g.name)[0]
             how = "catalog (by name tokens)"
+    stated = re.match(r"\s*(\d+)\s*GB\s*$", str(case.get("gpu_memory") or ""))
+    if found is not None and stated and not case.get("total_gpu_memory_gib"):
+        listed = re.search(r"(\d+)\s*GB", found.entry.display_name or "")
+        if listed and listed.group(1) != stated.group(1):
+            # The log names a memory variant the entry is not (an H20 with 141GB is the H20-3e, not the 96GB
+            # H20): the entry's compute with the stated capacity, on the catalog's GiB basis.
+            spec = replace(found.spec, memory_bytes=int(stated.group(1)) * GIB)
+            return spec, f"catalog {found.name} with the stated {stated.group(1)}GB"
     total = case.get("total_gpu_memory_gib")
     if total:
         capability = found.spec.compute_capability if found else None
@@ -345,6 +366,14 @@ def build_request(
     mns = _setting(case, "max_num_seqs", r"max[-_]num[-_]seqs[ =](\d+)")
     mnbt = _setting(case, "max_num_batched_tokens", r"max[-_]num[-_]batched[-_]tokens[ =](\d+)")
     quant = _quantization(case.get("quantization")) or catalog_quantization
+    launch = f"{case.get('excerpt') or ''} {case.get('other_settings') or ''}"
+    dp = _DATA_PARALLEL.search(launch)
+    ep = _EXPERT_PARALLEL.search(launch) is not None
+    features = (
+        ServingFeatures(data_parallel_size=int(dp.group(1)) if dp else 1, enable_expert_parallel=ep)
+        if dp or ep
+        else None
+    )
     return PlanRequest(
         model=model,
         gpu=gpu,
@@ -360,6 +389,7 @@ def build_request(
         max_num_seqs=mns,
         max_num_batched_tokens=mnbt,
         enforce_eager=bool(case.get("enforce_eager")),
+        features=features,
         suggest=False,
         detail=False,
     )
@@ -384,7 +414,7 @@ def prepare_case(case: dict[str, Any], snapshot: CatalogSnapshot) -> Prepared:
             reasons.append(why)
 
     model_ref = str(case.get("model") or "")
-    match = resolve_model(snapshot, model_ref) or resolve_model(snapshot, re.sub(r"\s*\(.*\)", "", model_ref))
+    match = resolve_case_model(snapshot, model_ref)
     if match is None:
         reasons.append("model not in the built-in catalog")
     gpu, _gpu_how = resolve_case_gpu(snapshot, case)
@@ -1026,7 +1056,7 @@ def judge_start(case: dict[str, Any], snapshot: CatalogSnapshot) -> StartVerdict
         why = "a release before 0.5, the oldest kvcap models"
         return StartVerdict(int(case["id"]), started, logged, "< 0.5", None, "", "", why)
     model_ref = str(case.get("model") or "")
-    match = resolve_model(snapshot, model_ref) or resolve_model(snapshot, re.sub(r"\s*\(.*\)", "", model_ref))
+    match = resolve_case_model(snapshot, model_ref)
     gpu, _how = resolve_case_gpu(snapshot, case)
     flags = f"{case.get('excerpt') or ''} {case.get('other_settings') or ''}"
     unmodelled = [why for flag, why in _UNMODELLED if flag in flags and f"without {flag}" not in flags]

@@ -27,6 +27,9 @@ spread over ``R = min(T, max_num_seqs)`` requests, then a sampler warm-up (``_du
   ``TopKTopPSampler.__init__``); 0.12 – 0.16 made FlashInfer opt-in, so ``apply_top_k_top_p`` sorts; 0.17+
   sorts only below 8 rows and otherwise runs ``apply_top_k_top_p_triton`` (``topk_topp_sampler.py``). The
   0.16 → 0.17 step is the ~2.5× activation drop seen in the version sweep (Qwen3-14B: 5.64 → 2.23 GiB).
+* data parallel MoE (0.10 V1, DP > 1): the experts run on every DP rank's batch, gathered by the naive
+  all-to-all, so the MoE term is ``min(DP·T, 32768) × workspace per token + 2 · DP·T · hidden`` (the gathered
+  hidden states and the experts' output) instead of ``T × workspace per token`` (``naive_dp_dispatch``).
 
 Non-torch memory: cuBLAS/attention workspaces on every GPU, plus communication buffers on multi-GPU ranks.
 V0 and 0.10 take the memory snapshot before distributed init, so NCCL/custom all-reduce buffers are charged;
@@ -56,6 +59,7 @@ from service.core.kv_cache import kv_heads_per_rank
 from service.core.specs import ModelSpec
 from service.core.units import GIB, MIB
 
+FUSED_MOE_CHUNK_TOKENS = 32768  # VLLM_FUSED_MOE_CHUNK_SIZE default (envs.py, 0.10.1)
 NVLS_FABRIC_BYTES_PER_SECOND = 800 * 10**9  # NVLink 4+ per-GPU bandwidth: Hopper/Blackwell NVSwitch systems
 
 
@@ -165,6 +169,21 @@ def sampler_sorts(engine: EngineProfile, requests: int) -> bool:
     if version < (0, 17):
         return True
     return requests < 8
+
+
+def naive_dp_dispatch(engine: EngineProfile, data_parallel_size: int) -> bool:
+    """vLLM 0.10 V1 with DP > 1: ``FusedMoE.forward_impl`` gathers every DP rank's tokens before the experts
+    (``do_naive_dispatch_combine``; ``VLLM_ALL2ALL_BACKEND`` defaults to ``naive``, whose ``naive_multicast``
+    fills a ``(Σ tokens across DP, hidden)`` buffer), and ``fused_experts`` sizes its caches for
+    ``min(tokens, VLLM_FUSED_MOE_CHUNK_SIZE = 32768)`` rows (``fused_moe/fused_moe.py``, 0.10.1). Other releases
+    are not read here (0.19 runs the modular kernel behind ``allgather_reducescatter``), so they keep the
+    per-rank batch."""
+    return (
+        data_parallel_size > 1
+        and not engine.v0
+        and engine.version is not None
+        and engine.version[:2] == (0, 10)
+    )
 
 
 def moe_workspace_persists(engine: EngineProfile) -> bool:
@@ -287,12 +306,14 @@ def estimate_overheads(
     blackwell: bool = False,
     nvls: bool = True,
     quantization: str | None = None,
+    data_parallel_size: int = 1,
     coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS,
 ) -> Overheads:
     """Activation, non-torch and CUDA-graph bytes one GPU charges before the KV cache (module docstring).
 
     ``blackwell``: data-centre Blackwell (SM 10.x, larger capture ceiling from 0.28); ``nvls``: the GPUs sit on
-    an NVLink-SHARP fabric (``nvls_fabric``: larger communication buffers); ``quantization``: the weight scheme.
+    an NVLink-SHARP fabric (``nvls_fabric``: larger communication buffers); ``quantization``: the weight scheme;
+    ``data_parallel_size``: DP ranks whose batches the MoE layers gather (``naive_dp_dispatch``).
     """
     if not engine.overheads:
         return Overheads(activation=ZERO, non_torch=ZERO, cudagraph=ZERO)
@@ -303,8 +324,17 @@ def estimate_overheads(
     requests = min(tokens, max_num_seqs)
     per = _per_token(model, tp, b, attention_output=engine.v0, quantization=quantization)
     persists = model.is_moe and moe_workspace_persists(engine)
-    forward = tokens * (per.transient + (0 if persists else per.moe_workspace))
-    resident = tokens * per.moe_workspace if persists else 0
+    gathered = (
+        tokens * data_parallel_size if model.is_moe and naive_dp_dispatch(engine, data_parallel_size) else 0
+    )
+    if gathered:
+        # Every DP rank's batch gathered before the experts, the fused-MoE caches sized for one chunk of it,
+        # the gathered hidden states and the experts' output (module docstring).
+        moe = min(gathered, FUSED_MOE_CHUNK_TOKENS) * per.moe_workspace + 2 * gathered * per.hidden
+    else:
+        moe = tokens * per.moe_workspace
+    forward = tokens * per.transient + (0 if persists else moe)
+    resident = moe if persists else 0
     sorts = sampler_sorts(engine, requests)
     per_logit = b + c.sampler_bytes_per_logit + (c.sort_bytes_per_logit if sorts else 0.0)
     sampler = int(requests * model.vocab_size * per_logit) if last_stage else 0
@@ -320,7 +350,8 @@ def estimate_overheads(
             f"max(forward {forward / GIB:.2f} GiB, sampler {sampler / GIB:.2f} GiB + hidden states "
             f"{hidden_states / GIB:.2f} GiB){f' + resident MoE workspace {resident / GIB:.2f} GiB' if resident else ''}; "
             f"{which} dominates (T={tokens} batched tokens, R={requests} requests, vocab {model.vocab_size}, "
-            f"{per_logit:.0f} B/logit{', vocabulary sort' if sorts else ''})"
+            f"{per_logit:.0f} B/logit{', vocabulary sort' if sorts else ''}"
+            f"{f'; MoE over {gathered} tokens gathered from {data_parallel_size} DP ranks' if gathered else ''})"
         ),
     )
 

@@ -92,9 +92,14 @@ def test_exact_budget_path_reproduces_logged_block_counts(outcomes: list[Outcome
     assert checked >= 15
 
 
-def test_expert_parallel_runs_are_excluded_not_planned_as_tensor_parallel() -> None:
-    # Case 2035: Qwen3-Coder-480B-FP8 with -dp=8 --enable-expert-parallel; each rank holds 1/8 of the experts,
-    # which a TP1 plan of the whole model cannot describe.
+def test_expert_parallel_runs_are_planned_per_data_parallel_rank() -> None:
+    # Case 2035: Qwen3-Coder-480B-FP8 with -dp=8 --enable-expert-parallel on an H20 stated as 141GB: planned as
+    # one DP rank (1/8 of the experts, the attention and the whole KV cache), on the stated capacity.
     prepared = {p.case_id: p for p in prepare_all()}
-    assert prepared[2035].model_name == "qwen3-coder-480b-a35b"
-    assert any("expert parallelism" in reason for reason in prepared[2035].excluded)
+    case = prepared[2035]
+    assert case.model_name == "qwen3-coder-480b-a35b"
+    assert not any("expert parallelism" in reason for reason in case.excluded)
+    assert case.request is not None and case.request.features is not None
+    assert case.request.features.data_parallel_size == 8
+    assert case.request.features.enable_expert_parallel
+    assert case.request.gpu is not None and case.request.gpu.memory_bytes == 141 * GIB

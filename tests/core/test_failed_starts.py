@@ -27,14 +27,29 @@ from bench.accuracy import (
 from service.catalog.builtin import builtin_snapshot
 from service.core.hf_config import parse_hf_config
 from service.core.planner import PlanRequest, plan
+from service.core.planner.features import ServingFeatures
 from service.core.planner.settings import over_derived_message
 from service.core.specs import GpuSpec
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PUBLIC = json.loads((DATA / "vllm-startup-cases-public.json").read_text())
-# vLLM 0.19 ran out of memory warming up the sampler after the KV cache and CUDA graphs were in place; the
-# margin it missed (a fragmented allocator cache) is not a rule kvcap can derive, so these stay misses.
+# vLLM 0.19 ran out of memory warming up the sampler after the KV cache and CUDA graphs were in place. The
+# warm-up (gpu_worker.py compile_or_warm_up_model → _dummy_sampler_run) samples min(max_num_seqs,
+# max_num_batched_tokens) = 1024 rows, the same rows profile_run's _dummy_sampler_run sampled (_dummy_run spreads
+# 8192 tokens over min(8192, 1024) requests), so the sampler is in the profiled peak; what is not profiled is the
+# CUDA-graph pool (1.84 / 1.55 GiB actual, not subtracted in 0.19) and the allocator's fragmentation (the OOM lines
+# show 1.78 / 1.62 GiB reserved but unallocated when 786 MiB = 1024 × 201088 fp32 logits were asked for). From the
+# logged "Free memory on device" and the actual graph pool, the headroom left above the budget is 1.61 GiB (TP1)
+# and 0.40 GiB (TP2) for these two, while 0.19 starts at 0.95 on the same H100s left 0.58 – 0.82 GiB (Llama 3.3
+# 70B FP8 TP2, Qwen2.5-72B / Kimi-Dev-72B TP2, Llama 4 Scout TP4) with fp32 logits of 0.49 – 0.77 GiB: neither the
+# headroom nor its ratio to the logits separates the failures from the starts, so these stay misses.
 UNMODELLED_CLASSES = {"sampler_warmup_oom"}
+# Plannable failures kvcap misses, with why. Case 41 (vLLM 0.8.3 V1, 4 × RTX 4090): 0.78 GiB available where
+# kvcap finds 6.35 GiB; before 0.9.2 gpu_worker.determine_available_memory charged the device-level used memory
+# (every process on the GPU, mem_get_info) on top of the torch peak, which no plan can know.
+KNOWN_MISSES = {
+    41: "V1 before 0.9.2 charged device-level used memory (other processes included)",
+}
 
 VERDICTS = judge_starts()
 FAILED = [v for v in VERDICTS if not v.started and v.fits is not None]
@@ -47,6 +62,8 @@ def _params(verdicts: list[StartVerdict]) -> list[object]:
             id=str(v.case_id),
             marks=[pytest.mark.xfail(strict=True, reason=f"{v.logged_class} is not modelled")]
             if v.logged_class in UNMODELLED_CLASSES
+            else [pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[v.case_id])]
+            if v.case_id in KNOWN_MISSES
             else [],
         )
         for v in verdicts
@@ -87,8 +104,52 @@ def test_no_start_that_succeeded_is_predicted_to_fail() -> None:
 def test_counts_cover_the_plannable_failures() -> None:
     counts = start_counts(VERDICTS)
     assert counts.plannable_failed == len(FAILED) >= 5
-    modelled = [v for v in FAILED if v.logged_class not in UNMODELLED_CLASSES]
+    modelled = [
+        v for v in FAILED if v.logged_class not in UNMODELLED_CLASSES and v.case_id not in KNOWN_MISSES
+    ]
     assert counts.reason_matched == len(modelled)
+
+
+def test_expert_parallel_refusals_are_judged_per_data_parallel_rank() -> None:
+    # Cases 2035 / 2036: -dp=8 --enable-expert-parallel, vLLM 0.10.1; both refused at 262144 tokens.
+    by_id = {v.case_id: v for v in VERDICTS}
+    for case_id in (2035, 2036):
+        assert by_id[case_id].fits is False
+        assert by_id[case_id].predicted_class == "one_request_does_not_fit"
+
+
+@pytest.mark.parametrize(("engine", "gathers"), [("vllm-0.10", True), ("vllm-0.19", False)])
+def test_data_parallel_moe_profiles_the_gathered_batch_in_0_10(engine: str, gathers: bool) -> None:
+    # vLLM 0.10.1 FusedMoE.forward_impl: naive dispatch gathers DP × T tokens; fused_experts sizes its caches for
+    # min(DP × T, 32768) rows, plus the gathered hidden states and the experts' output (2 × DP × T × hidden).
+    snapshot = builtin_snapshot()
+    model = snapshot.models["qwen3-coder-480b-a35b"].spec
+    base = PlanRequest(
+        model=model,
+        gpu=snapshot.gpus["h200"].spec,
+        engine=engine,
+        max_model_len=4096,
+        max_num_batched_tokens=8192,
+        suggest=False,
+    )
+
+    def activation(dp: int) -> int:
+        features = ServingFeatures(data_parallel_size=dp, enable_expert_parallel=True)
+        return plan(replace(base, features=features)).memory.activation_bytes
+
+    two, four, eight = activation(2), activation(4), activation(8)
+    if not gathers:
+        assert two == four == eight == activation(1)
+        return
+    b = 2  # bfloat16
+    top_k, width, hidden = model.num_experts_per_tok, model.moe_intermediate_size, model.hidden_size
+    assert top_k and width
+    per_token = top_k * (max(width, hidden) + max(2 * width, hidden)) * b
+    # the forward pass dominates from DP 2 (the MoE caches outgrow the sampler): each step adds the MoE term's
+    # growth. DP 2 → 4: 16384 more cache rows and 2 × 16384 more gathered rows; 4 → 8: the caches stop at 32768
+    # rows, only the gathered hidden states and output grow (2 × 32768 rows).
+    assert abs((four - two) - (16384 * per_token + 2 * 16384 * hidden * b)) <= 2
+    assert abs((eight - four) - 2 * 32768 * hidden * b) <= 2
 
 
 # --- the checks themselves, against vLLM's lines ------------------------------------------------------------

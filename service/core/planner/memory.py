@@ -90,6 +90,7 @@ def memory_budget(
             blackwell=blackwell,
             nvls=nvls,
             quantization=settings.quantization.name if settings.quantization else None,
+            data_parallel_size=settings.features.data_parallel_size if settings.features else 1,
             coefficients=settings.coefficients,
         )
         if extra_activation and share.stage == 0:
