@@ -19,7 +19,7 @@ Rules (applied in this order, all documented in the printed report):
    *device-level* used memory (CUDA context and other processes included), a formula no kvcap profile
    implements; the version cannot be
    placed or was stated for a different run of the same source; it uses a feature kvcap does not model (KV
-   connector, speculative decoding, expert parallelism); the model is not in the built-in catalog; the GPU cannot be resolved; its
+   connector, speculative decoding, sleep mode); the model is not in the built-in catalog; the GPU cannot be resolved; its
    own numbers do not add up (total × util − weights − activation − non-torch [− CUDA graphs where subtracted]
    ≠ available, beyond rounding); it reports nothing to compare; or the logged available memory is ≤ 0 (a
    refusal: only the verdict is checked).
@@ -33,8 +33,9 @@ Rules (applied in this order, all documented in the printed report):
    (2025-07-08) to 2025-11, otherwise excluded as unplaceable.
 3. **Settings.** Every logged setting is passed (utilisation, max_model_len, max_num_seqs / batched tokens —
    also when only written in ``other_settings`` — enforce_eager, KV dtype, quantisation, dtype, TP/PP, block
-   size); the rest take the release's defaults, as ``vllm serve`` would. The GPU is the logged
-   ``total_gpu_memory`` when present (exact), else the catalog entry the name resolves to.
+   size, data parallel size and expert parallelism); the rest take the release's defaults, as ``vllm serve``
+   would. The GPU is the logged ``total_gpu_memory`` when present (exact), else the catalog entry the name
+   resolves to (with the stated capacity when the case names another memory variant than the entry's).
 4. **Observed KV tokens.** The logged ``GPU KV cache size``; for V0 logs (and single-group V1 logs ≤0.20)
    that print only blocks, ``blocks × block_size`` — exactly how those releases count capacity.
 5. **Split.** Cases are grouped by (model, engine) so that near-duplicates (the same model and release with
