@@ -25,6 +25,8 @@ def _spec(name: str) -> ModelSpec:
         ("qwen3-coder-480b-a35b", 62, 8, 128),
         ("granite-3.3-8b", 40, 8, 128),
         ("kimi-k2", 61, 64, 512 + 64),  # MLA: kv_lora_rank + qk_rope_head_dim
+        ("qwen3-coder-30b-a3b", 48, 4, 128),
+        ("deepseek-r1-distill-qwen-32b", 64, 8, 5120 // 40),  # no head_dim key: hidden / heads
     ],
 )
 def test_kv_shapes_come_from_the_published_config(
@@ -60,6 +62,16 @@ def test_multimodal_counts_include_the_vision_tower() -> None:
     assert _spec("gemma-3-12b").num_parameters == 12_187_325_040
 
 
+def test_distilled_and_coder_entries_keep_their_base_shapes_and_context() -> None:
+    # DeepSeek-R1-Distill-Qwen-32B: the Hub's 32,763,876,352 BF16 parameters are Qwen2.5-32B's, shape for shape;
+    # Qwen3-Coder-30B-A3B: Qwen3-30B-A3B's experts with a 262144 native context.
+    assert _spec("deepseek-r1-distill-qwen-32b").num_parameters == _spec("qwen2.5-32b").num_parameters
+    assert _spec("deepseek-r1-distill-qwen-32b").max_position_embeddings == 131072
+    coder, base = _spec("qwen3-coder-30b-a3b"), _spec("qwen3-30b-a3b")
+    assert (coder.num_experts, coder.moe_intermediate_size) == (base.num_experts, base.moe_intermediate_size)
+    assert coder.max_position_embeddings == 262144
+
+
 def test_every_built_in_record_names_its_source() -> None:
     for record in builtin_model_records():
         assert str(record.get("source", "")).startswith("https://"), record["name"]
@@ -74,6 +86,8 @@ def test_every_built_in_record_names_its_source() -> None:
         ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "qwen3-coder-480b-a35b", "fp8"),
         ("TheBloke/CodeLlama-13B-Instruct-fp16", "codellama-13b", None),
         ("Qwen/Qwen1.5-MoE-A2.7B-Chat", "qwen1.5-moe-a2.7b", None),
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3-coder-30b-a3b", "fp8"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1-distill-qwen-32b", None),
     ],
 )
 def test_published_names_resolve(ref: str, name: str, quantization: str | None) -> None:
