@@ -27,6 +27,7 @@ def _spec(name: str) -> ModelSpec:
         ("kimi-k2", 61, 64, 512 + 64),  # MLA: kv_lora_rank + qk_rope_head_dim
         ("qwen3-coder-30b-a3b", 48, 4, 128),
         ("deepseek-r1-distill-qwen-32b", 64, 8, 5120 // 40),  # no head_dim key: hidden / heads
+        ("qwen2.5-7b-instruct-1m", 28, 4, 3584 // 28),
     ],
 )
 def test_kv_shapes_come_from_the_published_config(
@@ -70,6 +71,11 @@ def test_distilled_and_coder_entries_keep_their_base_shapes_and_context() -> Non
     coder, base = _spec("qwen3-coder-30b-a3b"), _spec("qwen3-30b-a3b")
     assert (coder.num_experts, coder.moe_intermediate_size) == (base.num_experts, base.moe_intermediate_size)
     assert coder.max_position_embeddings == 262144
+    # Qwen2.5-7B-Instruct-1M: Qwen2.5-7B's parameters, a 1,010,000-token context, the declared 32768 window off.
+    long = _spec("qwen2.5-7b-instruct-1m")
+    assert long.num_parameters == _spec("qwen2.5-7b").num_parameters
+    assert long.max_position_embeddings == 1_010_000
+    assert long.sliding_window is None
 
 
 def test_every_built_in_record_names_its_source() -> None:
@@ -88,6 +94,7 @@ def test_every_built_in_record_names_its_source() -> None:
         ("Qwen/Qwen1.5-MoE-A2.7B-Chat", "qwen1.5-moe-a2.7b", None),
         ("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3-coder-30b-a3b", "fp8"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1-distill-qwen-32b", None),
+        ("Qwen/Qwen2.5-7B-Instruct-1M", "qwen2.5-7b-instruct-1m", None),
     ],
 )
 def test_published_names_resolve(ref: str, name: str, quantization: str | None) -> None:
