@@ -40,9 +40,10 @@ PUBLIC = json.loads((DATA / "vllm-startup-cases-public.json").read_text())
 # CUDA-graph pool (1.84 / 1.55 GiB actual, not subtracted in 0.19) and the allocator's fragmentation (the OOM lines
 # show 1.78 / 1.62 GiB reserved but unallocated when 786 MiB = 1024 × 201088 fp32 logits were asked for). From the
 # logged "Free memory on device" and the actual graph pool, the headroom left above the budget is 1.61 GiB (TP1)
-# and 0.40 GiB (TP2) for these two, while 0.19 starts at 0.95 on the same H100s left 0.58 – 0.82 GiB (Llama 3.3
-# 70B FP8 TP2, Qwen2.5-72B / Kimi-Dev-72B TP2, Llama 4 Scout TP4) with fp32 logits of 0.49 – 0.77 GiB: neither the
-# headroom nor its ratio to the logits separates the failures from the starts, so these stay misses.
+# and 0.40 GiB (TP2) for these two, while nine 0.19 starts at 0.95 on the same H100s left less than the TP1
+# failure (0.58 – 1.40 GiB: Llama 3.3 70B FP8 TP2/TP4, Qwen2.5-72B / Kimi-Dev-72B TP2/TP4, Kimi-VL TP2, Llama 4
+# Scout TP4, Mistral Small 3.1 TP2) with fp32 logits of 0.49 – 0.77 GiB, eight of them at a smaller headroom /
+# logits ratio than its 2.10: neither separates the failures from the starts, so these stay misses.
 UNMODELLED_CLASSES = {"sampler_warmup_oom"}
 # Plannable failures kvcap misses, with why. Case 41 (vLLM 0.8.3 V1, 4 × RTX 4090): 0.78 GiB available where
 # kvcap finds 6.35 GiB; before 0.9.2 gpu_worker.determine_available_memory charged the device-level used memory
