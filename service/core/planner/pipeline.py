@@ -74,6 +74,7 @@ class Fixed(NamedTuple):
     memory_result: MemoryResult
     stage_results: tuple[StageResult, ...]
     terms: FixedTerms | None  # plans with a breakdown only
+    longest: dict[int, int]  # the longest request that fits, by search limit (``blocks.concurrency``)
 
 
 def fixed_stages(settings: Settings) -> Fixed:
@@ -136,6 +137,7 @@ def _fixed(settings: Settings, _types: tuple[type, ...]) -> Fixed:
             if settings.detail
             else None
         ),
+        longest={},
     )
 
 
@@ -163,7 +165,7 @@ def _judge(
     check: LengthCheck,
     fixed: Fixed | None,
 ) -> Judged:
-    capacity = concurrency(settings, layout.block_size, blocks, check)
+    capacity = concurrency(settings, layout.block_size, blocks, check, fixed.longest if fixed else None)
     earlier = (*settings.messages, *layout.messages, *capacity.messages)
     if costs is not None:
         earlier = (*earlier, *costs.messages)
