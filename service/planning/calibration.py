@@ -41,8 +41,12 @@ def _configuration(
     }
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+"""``json.dumps(..., sort_keys=True, separators=(",", ":"))`` without building an encoder on every call."""
+
+
 def _key(configuration: dict[str, Any]) -> str:
-    canonical = json.dumps(configuration, sort_keys=True, separators=(",", ":"))
+    canonical = _CANONICAL.encode(configuration)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 

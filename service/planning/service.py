@@ -321,9 +321,40 @@ class _Planned:
     key: str  # the calibration key
 
 
+_RESOLVED_PER_SNAPSHOT = 1024
+"""Catalog names remembered per snapshot (a flood of distinct unknown names is never remembered)."""
+_RESOLVED: dict[int, tuple[CatalogSnapshot, dict[tuple[str, str | None], Any]]] = {}
+
+
+def _resolved_refs(
+    snapshot: CatalogSnapshot, model: str, gpu: str | None
+) -> tuple[ResolvedModel, tuple[GpuSpec | None, Subject | None]]:
+    """``resolve_model_ref`` and ``resolve_gpu_ref`` of catalog names, once per snapshot and pair of names.
+
+    A snapshot is immutable and replaced whole on reload, so what its names resolve to is kept with it (under
+    its identity, holding it so that the identity is not reused) and goes with it: a reloaded catalog resolves
+    afresh. A name that does not resolve raises every time (nothing is kept for it).
+    """
+    cached = _RESOLVED.get(id(snapshot))
+    if cached is None or cached[0] is not snapshot:
+        if len(_RESOLVED) >= 4:  # a few generations of the catalog at most
+            _RESOLVED.clear()
+        cached = _RESOLVED[id(snapshot)] = (snapshot, {})
+    known = cached[1]
+    found: tuple[ResolvedModel, tuple[GpuSpec | None, Subject | None]] | None = known.get((model, gpu))
+    if found is None:
+        found = (resolve_model_ref(snapshot, model), resolve_gpu_ref(snapshot, gpu))
+        if len(known) < _RESOLVED_PER_SNAPSHOT:
+            known[(model, gpu)] = found
+    return found
+
+
 def _plan_for(snapshot: CatalogSnapshot, body: PlanRequestBody) -> _Planned:
-    resolved = resolve_model_ref(snapshot, body.model)
-    gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
+    if isinstance(body.model, str) and (body.gpu is None or isinstance(body.gpu, str)):
+        resolved, (gpu, gpu_subject) = _resolved_refs(snapshot, body.model, body.gpu)
+    else:
+        resolved = resolve_model_ref(snapshot, body.model)
+        gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
     request = build_request(
         resolved.spec,
         gpu,

@@ -211,8 +211,21 @@ def length_check(settings: Settings, block_size: int, blocks: Blocks) -> LengthC
     )
 
 
-def concurrency(settings: Settings, block_size: int, blocks: Blocks, check: LengthCheck) -> Concurrency:
-    """Stage 6: the longest request that fits, ``--max-model-len auto``, concurrency and the logged token count."""
+LONGEST_REMEMBERED = 64
+"""Search limits remembered per configuration (the model's derived length, or the lengths asked without one)."""
+
+
+def concurrency(
+    settings: Settings,
+    block_size: int,
+    blocks: Blocks,
+    check: LengthCheck,
+    longest: dict[int, int] | None = None,
+) -> Concurrency:
+    """Stage 6: the longest request that fits, ``--max-model-len auto``, concurrency and the logged token count.
+
+    ``longest`` remembers ``check.largest_fitting(blocks.stages, limit)`` by limit for these very blocks and
+    check (``pipeline.fixed_stages`` keeps one with them): the search reads nothing else."""
     engine = settings.engine
     messages: list[Message] = []
     max_len = settings.max_model_len
@@ -221,7 +234,12 @@ def concurrency(settings: Settings, block_size: int, blocks: Blocks, check: Leng
     requested_fits = bool(n_blocks > 0 and max_len and check.fits(blocks.stages, max_len))
     # The largest length that fits is a search; verdict-only plans (sweeps) skip it unless it decides the length.
     if settings.detail or settings.max_model_len_auto:
-        max_len_fits = check.largest_fitting(blocks.stages, search_limit)
+        known = longest.get(search_limit) if longest is not None else None
+        if known is None:
+            known = check.largest_fitting(blocks.stages, search_limit)
+            if longest is not None and len(longest) < LONGEST_REMEMBERED:
+                longest[search_limit] = known
+        max_len_fits = known
     else:
         max_len_fits = max_len if requested_fits else 0
     if settings.max_model_len_auto:

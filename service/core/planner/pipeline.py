@@ -13,10 +13,20 @@ costs about three times a tuple's. The public results (``results.py``) stay froz
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import NamedTuple
 
-from service.core.planner.blocks import Blocks, Concurrency, concurrency, count_blocks, length_check
-from service.core.planner.breakdown import Breakdown, explain
+from service.core.kv_cache import bytes_per_token
+from service.core.planner.blocks import (
+    Blocks,
+    Concurrency,
+    LengthCheck,
+    concurrency,
+    count_blocks,
+    is_attention_free,
+    length_check,
+)
+from service.core.planner.breakdown import Breakdown, FixedTerms, explain, explain_fixed
 from service.core.planner.features import FeatureCosts, feature_costs, feature_outcome
 from service.core.planner.layout import Layout, lay_out
 from service.core.planner.memory import MemoryBudget, memory_budget, stage_weights
@@ -49,33 +59,118 @@ class Judged(NamedTuple):
     capacity: Concurrency
     earlier: tuple[Message, ...]
     verdict: Verdict
+    fixed: Fixed | None  # the cached stages 2–5 (plans without serving features)
+
+
+class Fixed(NamedTuple):
+    """Stages 2–5 of a plan without serving features, and what the plan reads of them: none of it reads the
+    length (``fixed_stages``)."""
+
+    shares: tuple[WeightShare, ...]
+    memory: MemoryBudget
+    layout: Layout
+    blocks: Blocks
+    check: LengthCheck
+    memory_result: MemoryResult
+    stage_results: tuple[StageResult, ...]
+    terms: FixedTerms | None  # plans with a breakdown only
+    longest: dict[int, int]  # the longest request that fits, by search limit (``blocks.concurrency``)
+
+
+def fixed_stages(settings: Settings) -> Fixed:
+    """Weights, budget, layout, blocks and the length check of ``settings``, computed once per configuration.
+
+    They read the model, the GPU, the engine, the dtypes, TP × PP, the utilisation, the batch sizes and the
+    block settings — never the length (``max_model_len`` only sets an attention-free model's block), the
+    settings' messages or the length search's bound. So the cache is keyed on the settings with those fields
+    blanked, and on the type of every field (``1`` and ``1.0`` print differently in a formula). A catalog that
+    changes a model or a GPU hands the planner a different spec, hence a different key: nothing is
+    invalidated by hand, and an entry never outlives a spec it was not computed from.
+    """
+    length = settings.max_model_len if is_attention_free(settings.model) else 0
+    key = settings._replace(
+        max_model_len=length, derived_max_model_len=None, max_model_len_auto=False, messages=()
+    )
+    return _fixed(key, tuple(map(type, settings)))
+
+
+@lru_cache(maxsize=4096)
+def _fixed(settings: Settings, _types: tuple[type, ...]) -> Fixed:
+    shares = stage_weights(settings)
+    memory = memory_budget(settings, shares)
+    layout = lay_out(settings, shares)
+    block_size = layout.block_size
+    blocks = count_blocks(settings, layout, memory)
+    check = length_check(settings, block_size, blocks)
+    worst, lay = blocks.worst, blocks.layout
+    profiled = settings.kv_cache_memory_bytes is None
+    return Fixed(
+        shares=shares,
+        memory=memory,
+        layout=layout,
+        blocks=blocks,
+        check=check,
+        memory_result=MemoryResult(
+            total_bytes=memory.total_bytes,
+            budget_bytes=int(memory.budget_bytes) if profiled else 0,
+            weights_bytes=worst.weights_bytes,
+            activation_bytes=worst.overheads.activation.bytes if profiled else 0,
+            non_torch_bytes=worst.overheads.non_torch.bytes if profiled else 0,
+            cudagraph_bytes=worst.overheads.cudagraph.bytes if profiled else 0,
+            kv_cache_bytes=worst.available,
+            kv_cache_used_bytes=blocks.num_gpu_blocks * lay.bytes_per_block,
+            kv_cache_bytes_low=worst.available_low,
+            kv_cache_bytes_high=worst.available_high,
+        ),
+        stage_results=tuple(
+            StageResult(
+                stage=s.stage,
+                layers=s.layers,
+                weights_bytes=s.weights_bytes,
+                kv_cache_bytes=s.available,
+                num_gpu_blocks=s.num_gpu_blocks,
+            )
+            for s in blocks.stages
+        ),
+        terms=(
+            explain_fixed(settings, block_size, memory, blocks, bytes_per_token(worst.specs))
+            if settings.detail
+            else None
+        ),
+        longest={},
+    )
 
 
 def judged(request: PlanRequest) -> Judged:
     """Settings through the verdict (stages 1–7), without suggestions or the breakdown."""
     settings = resolve_settings(request)
+    if settings.features is None:
+        fixed = fixed_stages(settings)
+        return _judge(settings, None, fixed.memory, fixed.layout, fixed.blocks, fixed.check, fixed)
     shares = stage_weights(settings)
-    costs = serving_feature_costs(settings, shares) if settings.features is not None else None
-    memory = (
-        memory_budget(settings, shares, costs.weight_delta, costs.activation_delta)
-        if costs is not None
-        else memory_budget(settings, shares)
-    )
-    layout = lay_out(
-        settings,
-        shares,
-        costs.draft_specs if costs else None,
-        costs.num_speculative_tokens if costs else 0,
-    )
-    block_size = layout.block_size
+    costs = serving_feature_costs(settings, shares)
+    memory = memory_budget(settings, shares, costs.weight_delta, costs.activation_delta)
+    layout = lay_out(settings, shares, costs.draft_specs, costs.num_speculative_tokens)
     blocks = count_blocks(settings, layout, memory)
-    check = length_check(settings, block_size, blocks)
-    capacity = concurrency(settings, block_size, blocks, check)
+    check = length_check(settings, layout.block_size, blocks)
+    return _judge(settings, costs, memory, layout, blocks, check, None)
+
+
+def _judge(
+    settings: Settings,
+    costs: FeatureCosts | None,
+    memory: MemoryBudget,
+    layout: Layout,
+    blocks: Blocks,
+    check: LengthCheck,
+    fixed: Fixed | None,
+) -> Judged:
+    capacity = concurrency(settings, layout.block_size, blocks, check, fixed.longest if fixed else None)
     earlier = (*settings.messages, *layout.messages, *capacity.messages)
     if costs is not None:
         earlier = (*earlier, *costs.messages)
     verdict = judge(settings, memory, blocks, check, capacity, earlier)
-    return Judged(settings, costs, memory, layout, blocks, capacity, earlier, verdict)
+    return Judged(settings, costs, memory, layout, blocks, capacity, earlier, verdict, fixed)
 
 
 def fits(request: PlanRequest) -> bool:
@@ -85,14 +180,18 @@ def fits(request: PlanRequest) -> bool:
 
 def plan(request: PlanRequest) -> CapacityPlan:
     """What vLLM will allocate for ``request``, and whether it will start."""
-    settings, costs, memory, layout, blocks, capacity, earlier, verdict = judged(request)
+    settings, costs, memory, layout, blocks, capacity, earlier, verdict, fixed = judged(request)
     block_size = layout.block_size
     suggestions = (
         suggest(request, settings, capacity.max_model_len, capacity.max_model_len_that_fits, fits)
         if request.suggest and not verdict.fits
         else ()
     )
-    breakdown = explain(settings, block_size, memory, blocks, capacity) if request.detail else _NO_BREAKDOWN
+    breakdown = (
+        explain(settings, block_size, memory, blocks, capacity, fixed.terms if fixed else None)
+        if request.detail
+        else _NO_BREAKDOWN
+    )
     features = None
     if costs is not None:
         features, feature_terms, feature_messages = feature_outcome(
@@ -115,7 +214,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
             )
 
     engine, kv_bytes = settings.engine, settings.kv_cache_memory_bytes
-    worst, lay = blocks.worst, blocks.layout
+    lay = blocks.layout
     n_blocks, max_len = blocks.num_gpu_blocks, capacity.max_model_len
     per_token = capacity.bytes_per_token
     profiled = kv_bytes is None
@@ -159,33 +258,13 @@ def plan(request: PlanRequest) -> CapacityPlan:
             num_gpu_blocks_low=max(blocks.num_gpu_blocks_low, 0),
             num_gpu_blocks_high=max(blocks.num_gpu_blocks_high, 0),
         ),
-        memory=MemoryResult(
-            total_bytes=memory.total_bytes,
-            budget_bytes=int(memory.budget_bytes) if profiled else 0,
-            weights_bytes=worst.weights_bytes,
-            activation_bytes=worst.overheads.activation.bytes if profiled else 0,
-            non_torch_bytes=worst.overheads.non_torch.bytes if profiled else 0,
-            cudagraph_bytes=worst.overheads.cudagraph.bytes if profiled else 0,
-            kv_cache_bytes=worst.available,
-            kv_cache_used_bytes=n_blocks * lay.bytes_per_block,
-            kv_cache_bytes_low=worst.available_low,
-            kv_cache_bytes_high=worst.available_high,
-        ),
+        memory=fixed.memory_result if fixed else _memory_result(memory, blocks, profiled),
         fits=verdict.fits,
         max_model_len_that_fits=capacity.max_model_len_that_fits,
         messages=(*earlier, *verdict.messages, *breakdown.messages),
         suggestions=suggestions,
         breakdown=breakdown.terms,
-        stages=tuple(
-            StageResult(
-                stage=s.stage,
-                layers=s.layers,
-                weights_bytes=s.weights_bytes,
-                kv_cache_bytes=s.available,
-                num_gpu_blocks=s.num_gpu_blocks,
-            )
-            for s in blocks.stages
-        ),
+        stages=fixed.stage_results if fixed else _stage_results(blocks),
         projections=(
             projection_counts(request.prompt_tokens, request.output_tokens)
             if request.prompt_tokens and request.output_tokens
@@ -196,6 +275,35 @@ def plan(request: PlanRequest) -> CapacityPlan:
         layout=lay,
         in_flight_tokens=capacity.in_flight_tokens,
         state_pages=capacity.state_pages,
+    )
+
+
+def _memory_result(memory: MemoryBudget, blocks: Blocks, profiled: bool) -> MemoryResult:
+    worst = blocks.worst
+    return MemoryResult(
+        total_bytes=memory.total_bytes,
+        budget_bytes=int(memory.budget_bytes) if profiled else 0,
+        weights_bytes=worst.weights_bytes,
+        activation_bytes=worst.overheads.activation.bytes if profiled else 0,
+        non_torch_bytes=worst.overheads.non_torch.bytes if profiled else 0,
+        cudagraph_bytes=worst.overheads.cudagraph.bytes if profiled else 0,
+        kv_cache_bytes=worst.available,
+        kv_cache_used_bytes=blocks.num_gpu_blocks * blocks.layout.bytes_per_block,
+        kv_cache_bytes_low=worst.available_low,
+        kv_cache_bytes_high=worst.available_high,
+    )
+
+
+def _stage_results(blocks: Blocks) -> tuple[StageResult, ...]:
+    return tuple(
+        StageResult(
+            stage=s.stage,
+            layers=s.layers,
+            weights_bytes=s.weights_bytes,
+            kv_cache_bytes=s.available,
+            num_gpu_blocks=s.num_gpu_blocks,
+        )
+        for s in blocks.stages
     )
 
 
