@@ -54,8 +54,8 @@ from service.core.engines import DEFAULT_ENGINE, NEWEST_VERSION, OLDEST_VERSION,
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest, plan
 from service.core.units import GIB
+from service.planning.request import build_request
 from service.planning.schemas import PlanSettings
-from service.planning.service import build_request
 
 if TYPE_CHECKING:
     from service.core.recommend import Option
