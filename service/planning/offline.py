@@ -273,7 +273,7 @@ class OfflinePlanner:
         request = build_request(
             match.model.spec,
             found.spec if found else None,
-            settings,  # type: ignore[arg-type]  # PlanSettings' attributes (``service.planning.request``)
+            settings,
             implied_quantization=match.quantization,
             snapshot=self.snapshot,
             prompt_tokens=prompt_tokens,

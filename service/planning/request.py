@@ -22,6 +22,7 @@ from service.errors import Unprocessable
 
 if TYPE_CHECKING:
     from service.catalog.snapshot import CatalogSnapshot
+    from service.planning.offline import PlainSettings
     from service.planning.schemas import PlanSettings
 
 _DTYPE_ALIASES = {"auto": None, "half": "float16", "fp16": "float16", "bf16": "bfloat16"}
@@ -38,7 +39,7 @@ _FEATURE_FIELDS = (
 )
 
 
-def _features_off(settings: PlanSettings) -> bool:
+def _features_off(settings: PlanSettings | PlainSettings) -> bool:
     """No serving feature asked for (``false``, ``1`` and ``0`` GiB ask for nothing either)."""
     return (
         all(getattr(settings, name) is None for name in _FEATURE_FIELDS)
@@ -59,7 +60,9 @@ def _int_extra(config: dict[str, Any], key: str) -> int | None:
     return int(value)
 
 
-def serving_features(settings: PlanSettings, snapshot: CatalogSnapshot | None) -> ServingFeatures | None:
+def serving_features(
+    settings: PlanSettings | PlainSettings, snapshot: CatalogSnapshot | None
+) -> ServingFeatures | None:
     """The request's serving features for the core (``None`` when none is set: the plan's fast path)."""
     if _features_off(settings):
         return None
@@ -124,7 +127,7 @@ def serving_features(settings: PlanSettings, snapshot: CatalogSnapshot | None) -
     )
 
 
-def _multimodal(settings: PlanSettings) -> MultimodalConfig | None:
+def _multimodal(settings: PlanSettings | PlainSettings) -> MultimodalConfig | None:
     limits, kwargs = settings.limit_mm_per_prompt, settings.mm_processor_kwargs
     if limits is None and kwargs is None:
         return None
@@ -139,7 +142,7 @@ def _multimodal(settings: PlanSettings) -> MultimodalConfig | None:
 def build_request(
     model: ModelSpec,
     gpu: GpuSpec | None,
-    settings: PlanSettings,
+    settings: PlanSettings | PlainSettings,
     *,
     implied_quantization: str | None = None,
     snapshot: CatalogSnapshot | None = None,
