@@ -23,7 +23,6 @@ from service.catalog.snapshot import CatalogSnapshot
 from service.core import bounds
 from service.core.errors import CoreError
 from service.core.planner import CapacityPlan, plan
-from service.planning.calibration_key import calibration_key_of
 from service.planning.request import build_request
 
 # ``PlanSettings``' non-feature fields with their defaults (the serving features are left to the schemas).
@@ -224,6 +223,8 @@ def response_data(
     result: CapacityPlan, *, model: dict[str, object], gpu: dict[str, object] | None
 ) -> dict[str, object]:
     """``make_plan``'s ``PlanResponse`` (uncalibrated: the CLI holds no calibrations) as JSON data."""
+    from service.planning.calibration_key import calibration_key_of  # hashlib: ``kvcap check`` never needs it
+
     subject = SimpleNamespace(**model)
     key = calibration_key_of(result, model=subject, gpu=SimpleNamespace(**gpu) if gpu else None)
     data: dict[str, object] = {
