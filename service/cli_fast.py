@@ -14,6 +14,7 @@ Exit codes (as ``service.cli``): 0 success; 1 the answer is "no"; 2 bad input or
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -117,12 +118,77 @@ class PlanOptions:
 
 
 def run_plan(options: PlanOptions) -> int:
-    """``kvcap plan``: print the plan; the exit code (0 it starts, 1 it would not, 2 bad input)."""
+    """``kvcap plan``: print the plan; the exit code (0 it starts, 1 it would not, 2 bad input).
+
+    An offline plan whose every value is plainly valid is answered without the schemas (``offline_plan``);
+    anything else, every refusal included, by the validated path (``_plan``), which words it."""
     try:
-        return _plan(options)
+        code = offline_plan(options)
+        return _plan(options) if code is None else code
     except CommandError as exc:
         print_error(exc.message)
         return exc.code
+
+
+def offline_plan(o: PlanOptions) -> int | None:
+    """``_plan``'s output and exit code for a plain offline plan, without pydantic; ``None`` for ``_plan``."""
+    from service.planning.cli_args import FlagError, max_model_len_value
+    from service.planning.offline import plain_reference, plain_settings, plain_tokens
+
+    if o.server or o.hf_config is not None or o.gpu_memory_bytes is not None or o.features:
+        return None
+    model, gpu = plain_reference(o.model), plain_reference(o.gpu) if o.gpu is not None else None
+    if model is None or (o.gpu is not None and gpu is None):
+        return None
+    try:
+        length = max_model_len_value(o.max_model_len)
+    except FlagError:
+        return None
+    settings = plain_settings(
+        {
+            "engine": o.engine,
+            "tensor_parallel_size": o.tensor_parallel_size,
+            "pipeline_parallel_size": o.pipeline_parallel_size,
+            "max_model_len": length,
+            "kv_cache_dtype": o.kv_cache_dtype,
+            "quantization": o.quantization,
+            "dtype": o.dtype,
+            "gpu_memory_utilization": o.gpu_memory_utilization,
+            "kv_cache_memory_bytes": o.kv_cache_memory_bytes,
+            "block_size": o.block_size,
+            "max_num_seqs": o.max_num_seqs,
+            "max_num_batched_tokens": o.max_num_batched_tokens,
+            "enforce_eager": o.enforce_eager,
+            "device": o.device,
+            "mamba_cache_dtype": o.mamba_cache_dtype,
+            "mamba_ssm_cache_dtype": o.mamba_ssm_cache_dtype,
+            "cpu_avx512_bf16": o.cpu_avx512_bf16,
+        }
+    )
+    if settings is None or not plain_tokens(o.prompt_tokens) or not plain_tokens(o.output_tokens):
+        return None
+    from service.catalog.offline import offline_snapshot
+    from service.planning.offline import OfflinePlanner, dump_json
+
+    planner = OfflinePlanner(snapshot=offline_snapshot(), model=model, gpu=gpu)
+    first = planner.plan(settings, prompt_tokens=o.prompt_tokens, output_tokens=o.output_tokens)
+    if first is None:
+        return None
+    if o.as_json:
+        print(dump_json(first.data))  # noqa: T201 (the command's output)
+    else:
+        from service.planning.offline import view
+        from service.render import render_capacity_curve, render_plan
+
+        def at(length: int | None) -> Any:
+            answer = planner.plan(dataclasses.replace(settings, max_model_len=length))
+            return view(answer.data) if answer is not None else None
+
+        result = view(first.data)
+        console = out_console()
+        render_plan(console, result)
+        render_capacity_curve(console, _capacity_rows(result, settings.max_model_len is None, at))
+    return 0 if first.fits else 1
 
 
 def _plan(o: PlanOptions) -> int:
@@ -224,9 +290,15 @@ def capacity_rows(
         except (ServiceError, CoreError, CommandError):
             return None
 
-    default = result if body.max_model_len is None else at(None)
+    return _capacity_rows(result, body.max_model_len is None, at)
+
+
+def _capacity_rows(result: Any, at_default: bool, at: Callable[[int | None], Any]) -> list[tuple[int, Any]]:
+    """``(max_model_len, plan)`` rows for the capacity table: ``at(length)`` plans at another length (``None``:
+    the model's default), or ``None`` where that plan is refused; ``at_default``: ``result`` is that default."""
+    default = result if at_default else at(None)
     model_max = default.settings.max_model_len if default is not None else result.settings.max_model_len
-    rows: list[tuple[int, PlanResponse]] = []
+    rows: list[tuple[int, Any]] = []
     for length in capacity_lengths(result.settings.max_model_len, model_max):
         answer = result if length == result.settings.max_model_len else at(length)
         if answer is not None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from service.planning.schemas import OptionOut, PlanResponse, RecommendationOut, SimulationOut
+if TYPE_CHECKING:  # the renderers read attributes only: the offline plan hands them plain response data
+    from service.planning.schemas import OptionOut, PlanResponse, RecommendationOut, SimulationOut
 
 GIB = 1024**3
 

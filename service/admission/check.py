@@ -24,7 +24,6 @@ import yaml
 
 from service.admission.extract import extract
 from service.admission.policy import PlanSummary, PolicyConfig, Verdict, evaluate
-from service.admission.reviews import review_for
 from service.catalog.snapshot import CatalogSnapshot
 
 if TYPE_CHECKING:  # only ``--server`` talks HTTP; an offline check never imports httpx
@@ -229,6 +228,8 @@ class ServerError(Exception):
 def check_remote(document: Document, client: httpx.Client, server: str) -> CheckResult:
     """Ask ``server``'s webhook with a dry-run AdmissionReview, as the API server would."""
     import httpx
+
+    from service.admission.reviews import review_for  # pydantic: the offline check never needs it
 
     kind, namespace, name = _metadata(document.obj)
     body = review_for(document.obj, uid=str(uuid.uuid4()), dry_run=True)

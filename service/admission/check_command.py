@@ -98,9 +98,9 @@ def run_check(
                     err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
                     return 2
     else:
-        from service.catalog.builtin import builtin_snapshot
+        from service.catalog.offline import offline_snapshot  # builtin_snapshot's, without the schemas
 
-        snapshot, config = builtin_snapshot(), policy_config()
+        snapshot, config = offline_snapshot(), policy_config()
         results = [
             check_offline(item, snapshot, config) if isinstance(item, Document) else unreadable_result(item)
             for item in items

@@ -37,8 +37,6 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import ValidationError
-
 from service.admission.extract import (
     ANNOTATION_CONTEXT_TOKENS,
     ANNOTATION_ENGINE,
@@ -54,11 +52,13 @@ from service.core.engines import DEFAULT_ENGINE, NEWEST_VERSION, OLDEST_VERSION,
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest, plan
 from service.core.units import GIB
-from service.planning.schemas import PlanSettings
-from service.planning.service import build_request
+from service.planning.offline import plain_settings
+from service.planning.request import build_request
 
 if TYPE_CHECKING:
     from service.core.recommend import Option
+    from service.planning.offline import PlainSettings
+    from service.planning.schemas import PlanSettings
     from service.settings import Settings
 
 Mode = Literal["enforce", "audit"]
@@ -301,14 +301,8 @@ class _ServingCheck:
         gpu = self._gpu() if device != "cpu" else None
         if gpu is None and device != "cpu":
             return
-        try:
-            settings = PlanSettings.model_validate({**flags, "engine": engine})
-        except ValidationError as exc:
-            for error in exc.errors():
-                name = (
-                    _FLAG_NAMES.get(str(error["loc"][0]), str(error["loc"][0])) if error["loc"] else "flags"
-                )
-                self.reasons.append(f"vLLM would refuse {name} {error.get('input')!r}: {error['msg']}")
+        settings = self._settings({**flags, "engine": engine})
+        if settings is None:
             return
         # the weights actually loaded (``…-AWQ``) decide the quantisation, even when the annotation names the model
         implied = (implied_quantization(serving.model) if serving.model else None) or model[1]
@@ -346,6 +340,26 @@ class _ServingCheck:
             replicas=self.workload.replicas,
             replicas_needed=traffic[1] if traffic else None,
         )
+
+    def _settings(self, values: dict[str, object]) -> PlanSettings | PlainSettings | None:
+        """The flags as ``PlanSettings`` (plainly valid ones without the schema: ``plain_settings``), or
+        ``None`` with vLLM's refusal of each bad flag among the reasons."""
+        plain = plain_settings(values)
+        if plain is not None:
+            return plain
+        from pydantic import ValidationError
+
+        from service.planning.schemas import PlanSettings
+
+        try:
+            return PlanSettings.model_validate(values)
+        except ValidationError as exc:
+            for error in exc.errors():
+                name = (
+                    _FLAG_NAMES.get(str(error["loc"][0]), str(error["loc"][0])) if error["loc"] else "flags"
+                )
+                self.reasons.append(f"vLLM would refuse {name} {error.get('input')!r}: {error['msg']}")
+            return None
 
     def _engine(self) -> str:
         """``kvcap.io/engine``, else the image tag's release, else the newest release kvcap knows."""

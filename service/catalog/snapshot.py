@@ -15,19 +15,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from service.catalog.convert import gpu_spec, model_spec
-from service.catalog.schemas import GpuCreate, GpuRead, ModelCreate, ModelRead
 from service.core.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:  # the database side is imported where it is used: offline plans never load SQLAlchemy
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+    # The schemas (pydantic) are imported where entries are validated: the offline CLI's built-in catalog
+    # (``service.catalog.offline``) holds plain entries and never loads them.
+    from service.catalog.offline import BuiltinGpuEntry, BuiltinModelEntry
+    from service.catalog.schemas import GpuCreate, GpuRead, ModelCreate, ModelRead
 
 logger = logging.getLogger("kvcap.catalog")
 
 
 @dataclass(frozen=True, slots=True)
 class CatalogModel:
-    entry: ModelRead | ModelCreate
+    entry: ModelRead | ModelCreate | BuiltinModelEntry
     spec: ModelSpec
 
     @property
@@ -37,7 +40,7 @@ class CatalogModel:
 
 @dataclass(frozen=True, slots=True)
 class CatalogGpu:
-    entry: GpuRead | GpuCreate
+    entry: GpuRead | GpuCreate | BuiltinGpuEntry
     spec: GpuSpec
 
     @property
@@ -63,8 +66,9 @@ class CatalogSnapshot:
     def build(
         cls, models: Iterable[ModelRead | ModelCreate], gpus: Iterable[GpuRead | GpuCreate], *, source: str
     ) -> CatalogSnapshot:
+        from service.catalog.convert import gpu_spec, model_spec
+
         model_map: dict[str, CatalogModel] = {}
-        model_keys: dict[str, str] = {}
         for entry in models:
             try:
                 spec = model_spec(entry)
@@ -72,6 +76,15 @@ class CatalogSnapshot:
                 logger.error("catalog model %s skipped: %s", entry.name, exc)
                 continue
             model_map[entry.name] = CatalogModel(entry=entry, spec=spec)
+        gpu_map = {gpu.name: CatalogGpu(entry=gpu, spec=gpu_spec(gpu.name, gpu)) for gpu in gpus}
+        return cls.of(model_map, gpu_map, source=source)
+
+    @classmethod
+    def of(
+        cls, model_map: dict[str, CatalogModel], gpu_map: dict[str, CatalogGpu], *, source: str
+    ) -> CatalogSnapshot:
+        """The snapshot of entries whose specs are made, with the lookup keys ``find_model``/``find_gpu`` use."""
+        model_keys: dict[str, str] = {}
         # Exact names first, then HF ids, then aliases: a later, weaker key never shadows a stronger one.
         for entry_model in model_map.values():
             model_keys.setdefault(entry_model.name.lower(), entry_model.name)
@@ -81,10 +94,7 @@ class CatalogSnapshot:
         for entry_model in model_map.values():
             for alias in entry_model.entry.aliases:
                 model_keys.setdefault(alias.lower(), entry_model.name)
-        gpu_map: dict[str, CatalogGpu] = {}
         gpu_keys: dict[str, str] = {}
-        for gpu in gpus:
-            gpu_map[gpu.name] = CatalogGpu(entry=gpu, spec=gpu_spec(gpu.name, gpu))
         for catalog_gpu in gpu_map.values():
             gpu_keys.setdefault(normalize_key(catalog_gpu.name), catalog_gpu.name)
         for catalog_gpu in gpu_map.values():
@@ -145,6 +155,7 @@ class CatalogHolder:
 
 async def read_snapshot(session: AsyncSession) -> CatalogSnapshot:
     from service.catalog.repository import GpuRepository, ModelRepository
+    from service.catalog.schemas import GpuRead, ModelRead
 
     models = [ModelRead.model_validate(row) for row in await ModelRepository(session).all()]
     gpus = [GpuRead.model_validate(row) for row in await GpuRepository(session).all()]

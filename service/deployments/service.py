@@ -35,8 +35,9 @@ from service.live.guard import TargetGuard, TargetRefused
 from service.live.schemas import parse_live_source, source_urls
 from service.planning.calibration import CalibrationHolder
 from service.planning.recommendations import make_recommendation
+from service.planning.request import build_request
 from service.planning.schemas import PlanRequestBody, RecommendRequestBody
-from service.planning.service import build_request, make_plan, resolve_gpu_ref, resolve_model_ref
+from service.planning.service import make_plan, resolve_gpu_ref, resolve_model_ref
 from service.planning.step_time_calibration import StepTimeScales
 
 logger = logging.getLogger("kvcap.deployments")

@@ -10,20 +10,18 @@ with the uncalibrated figure beside it, so the model's own error stays measurabl
 
 from __future__ import annotations
 
-import hashlib
-import json
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from service.core.engines import resolve_engine
-from service.planning.schemas import CalibrationOut, MessageOut, PlanResponse, SettingsOut, Subject
+from service.planning.calibration_key import configuration as _configuration
+from service.planning.calibration_key import hash_key as _key
+from service.planning.schemas import CalibrationOut, MessageOut, PlanResponse
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-    from service.core.planner import CapacityPlan
 
 
 def configuration_of(plan: PlanResponse) -> dict[str, Any]:
@@ -31,43 +29,8 @@ def configuration_of(plan: PlanResponse) -> dict[str, Any]:
     return _configuration(plan.model, plan.gpu, plan.memory.total_bytes, plan.settings.model_dump())
 
 
-def _configuration(
-    model: Subject, gpu: Subject | None, total_bytes: int, settings: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "model": model.name if model.source == "catalog" else f"inline:{model.name}",
-        "gpu": (gpu.name if gpu.source == "catalog" else f"inline:{total_bytes}") if gpu else None,
-        **settings,
-    }
-
-
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-"""``json.dumps(..., sort_keys=True, separators=(",", ":"))`` without building an encoder on every call."""
-
-
-def _key(configuration: dict[str, Any]) -> str:
-    canonical = _CANONICAL.encode(configuration)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
-
-
 def calibration_key(plan: PlanResponse) -> str:
     return _key(configuration_of(plan))
-
-
-_SETTINGS_FIELDS = tuple(SettingsOut.model_fields)
-
-
-def calibration_key_of(result: CapacityPlan, *, model: Subject, gpu: Subject | None) -> str:
-    """``calibration_key`` of the response the core's ``result`` becomes, read from the result itself.
-
-    The response's settings are the core's ``ResolvedSettings`` field for field; only the utilisation is a
-    float in the response whatever number the core holds, so it is made one here (the key hashes its JSON).
-    """
-    resolved = result.settings
-    settings = {name: getattr(resolved, name) for name in _SETTINGS_FIELDS}
-    if settings["gpu_memory_utilization"] is not None:
-        settings["gpu_memory_utilization"] = float(settings["gpu_memory_utilization"])
-    return _key(_configuration(model, gpu, result.memory.total_bytes, settings))
 
 
 @dataclass(frozen=True, slots=True)

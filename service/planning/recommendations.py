@@ -8,6 +8,7 @@ from service.catalog.snapshot import CatalogSnapshot
 from service.core.errors import InvalidSpec
 from service.core.recommend import Option, Search, Workload, recommend, sweep
 from service.errors import Unprocessable
+from service.planning.request import build_request
 from service.planning.schemas import (
     OptionOut,
     RecommendationOut,
@@ -16,7 +17,7 @@ from service.planning.schemas import (
     SweepRequestBody,
     WorkloadIn,
 )
-from service.planning.service import build_request, resolve_gpu_ref, resolve_model_ref
+from service.planning.service import resolve_gpu_ref, resolve_model_ref
 
 
 def to_workload(body: WorkloadIn) -> Workload:

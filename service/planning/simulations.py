@@ -31,6 +31,7 @@ from service.core.serving import (
     simulate,
 )
 from service.errors import Unprocessable
+from service.planning.request import build_request
 from service.planning.schemas import (
     BenchmarkIn,
     BenchmarkResultOut,
@@ -44,7 +45,7 @@ from service.planning.schemas import (
     Subject,
     TimelinePointOut,
 )
-from service.planning.service import build_request, resolve_gpu_ref, resolve_model_ref, to_response
+from service.planning.service import resolve_gpu_ref, resolve_model_ref, to_response
 from service.planning.step_time_calibration import StepTimeScales
 from service.settings import Settings
 

@@ -359,8 +359,8 @@ def simulated_rate(snapshot: CatalogSnapshot, ttft_ms: float, tpot_ms: float) ->
     from service.admission.policy import cached_plan
     from service.catalog.resolve import resolve_gpu, resolve_model
     from service.core.serving import SloTarget, max_rate_within_slo
+    from service.planning.request import build_request
     from service.planning.schemas import PlanSettings
-    from service.planning.service import build_request
 
     model, gpu = resolve_model(snapshot, LLAMA_8B), resolve_gpu(snapshot, "NVIDIA-L4")
     assert model is not None and gpu is not None

@@ -12,8 +12,8 @@ import pytest
 from service.catalog.builtin import builtin_snapshot
 from service.core.serving import BenchmarkSpec, simulate
 from service.planning import router as planning_router
+from service.planning.request import build_request
 from service.planning.schemas import PlanRequestBody
-from service.planning.service import build_request
 
 # The scalar keys vLLM's `vllm bench serve --save-result` writes (vllm/benchmarks/serve.py::benchmark, 0.11+).
 VLLM_RESULT_KEYS = {
