@@ -130,6 +130,7 @@ class Engine:
         max_model_len: int,
         max_iterations: int,
         use_stretches: bool = True,
+        use_cohort: bool = True,
     ) -> None:
         self.use_stretches = (
             use_stretches  # False: one step at a time (the reference the stretches must match)
@@ -158,6 +159,26 @@ class Engine:
         self._cpu: dict[int, float] = {}  # CPU seconds of a step by its number of requests
         self._per_windowed = step_model.seconds_per_windowed_token()
         self._overlap = step_model.async_scheduling
+        # The decode cohort (see the module docstring): running requests advanced together without a visit
+        # each. Only for the V1 scheduler over full-attention layouts with stretches on; otherwise never used.
+        cfg = scheduler.config
+        self._cohort_on = (
+            use_cohort
+            and use_stretches
+            and not cfg.prefill_first
+            and cfg.demand.is_simple
+            and not cfg.attention_window
+        )
+        self._formed = True  # the cohort's bookkeeping below describes the running list
+        self._advance = 0  # decode tokens every member has been given since the engine started
+        self._members = 0
+        self._member_context = (
+            0  # Σ over members of (computed − cohort_base): + members × advance = Σ context
+        )
+        self._by_offset = [0] * cfg.demand.block_size  # members by (computed − cohort_base) mod block_size
+        self._finish_heap: list[tuple[int, int, SimRequest]] = []  # (advance it finishes at, index, request)
+        self._outsiders: list[SimRequest] = []  # running requests outside the cohort
+        self._cohort_last = 0.0  # when every member sampled its last token
 
     # --- client side -------------------------------------------------------------------------------------
     def _send_due(self) -> None:
@@ -240,8 +261,15 @@ class Engine:
                     "use fewer prompts or shorter requests",
                     field="benchmark.num_prompts",
                 )
-            if not (self.use_stretches and self._try_stretch()):
-                self._single_step()
+            if self.use_stretches and self._try_stretch():
+                continue
+            if self._formed and self._cohort_on and self._cohort_step():
+                continue
+            if self._formed and self._members:
+                self._dissolve()
+            self._single_step()
+            if self._cohort_on:
+                self._form()
         return EngineTrace(
             requests=tuple(self.requests),
             failed=tuple(self.failed),
@@ -335,6 +363,258 @@ class Engine:
         for request in finished:
             self._finish(request)
 
+    # --- the decode cohort ------------------------------------------------------------------------------
+    def _join(self, request: SimRequest) -> None:
+        """``request`` decodes from here with the cohort (it sampled its last token with the others)."""
+        advance = self._advance
+        request.cohort_base = advance
+        offset = request.computed - advance
+        self._by_offset[offset % len(self._by_offset)] += 1
+        self._member_context += offset
+        self._members += 1
+        heapq.heappush(
+            self._finish_heap, (advance + request.output_tokens - request.generated, request.index, request)
+        )
+
+    def _catch_up(self, request: SimRequest) -> int:
+        """Write the cohort's advance since ``request`` joined into its own fields; returns that advance
+        (its bookkeeping entries are the caller's to drop)."""
+        delta = self._advance - request.cohort_base
+        request.cohort_base = -1
+        if delta:
+            computed = request.computed
+            bs = len(self._by_offset)
+            request.computed = computed + delta
+            request.generated += delta
+            request.num_tokens += delta
+            # One block per group each time a token starts a block, as the scheduler allocates them.
+            request.own_blocks += self.scheduler.config.demand.full_groups * (
+                (computed + delta + bs - 1) // bs - (computed + bs - 1) // bs
+            )
+            request.last_token_seconds = self._cohort_last
+        return delta
+
+    def _dissolve(self) -> None:
+        """Every member's own fields brought up to date; the cohort is empty until ``_form``."""
+        for request in self.scheduler.running:
+            if request.cohort_base >= 0:
+                self._catch_up(request)
+        self._members = 0
+        self._member_context = 0
+        self._by_offset = [0] * len(self._by_offset)
+        self._finish_heap = []
+        self._outsiders = []
+        self._formed = False
+
+    def _form(self) -> None:
+        """After a step taken request by request: the running requests that decode in step with each other
+        (their last token now, no shared prefix to hand to the cache) become the cohort, the rest outsiders."""
+        if self._members:
+            self._dissolve()
+        outsiders: list[SimRequest] = []
+        self._cohort_last = self.clock
+        for request in self.scheduler.running:
+            if self._joinable(request):
+                self._join(request)
+            else:
+                outsiders.append(request)
+        self._outsiders = outsiders
+        self._formed = True
+
+    def _next_block_offsets(self) -> list[int]:
+        """``_simple_block_limited_steps``'s per-offset counts of the members: a member at context c needs a
+        block at step (−c) mod bs; c ≡ its offset + advance (mod bs)."""
+        by_offset = self._by_offset
+        bs = len(by_offset)
+        advance = self._advance
+        per_offset = [0] * bs
+        for offset, count in enumerate(by_offset):
+            if count:
+                per_offset[(-(offset + advance)) % bs] += count
+        return per_offset
+
+    def _advance_cohort(self, k: int, clock: float, *, blocks_taken: bool = False) -> None:
+        """The members decode ``k`` more tokens, the last at ``clock``: the blocks they start come from the
+        pool (unless ``blocks_taken``: the step took them already), and those whose output is complete
+        finish."""
+        by_offset = self._by_offset
+        bs = len(by_offset)
+        advance = self._advance
+        if not blocks_taken:
+            grown = 0
+            for offset, count in enumerate(by_offset):
+                if count:
+                    first = (-(offset + advance)) % bs  # the first step whose token starts a block
+                    if first < k:
+                        grown += count * ((k - 1 - first) // bs + 1)
+            self.scheduler.free_blocks -= self.scheduler.config.demand.full_groups * grown
+        advance += k
+        self._advance = advance
+        self._cohort_last = clock
+        heap = self._finish_heap
+        while heap and heap[0][0] <= advance:
+            request = heapq.heappop(heap)[2]
+            base = request.cohort_base
+            offset = request.computed - base
+            by_offset[offset % bs] -= 1
+            self._member_context -= offset
+            self._members -= 1
+            self._catch_up(request)
+            self._finish(request)
+            if request.lagging:
+                self._outsiders.append(request)
+
+    def _cohort_step(self) -> bool:
+        """``_single_step`` when the scheduler's leading decodes are the members plus lagging requests (each
+        takes its extra step and is released), and every running request after them is outside the cohort:
+        the members are handed over without a visit each, the rest go through ``Scheduler.schedule_rest``
+        as in any step. False (nothing changed) when the step needs the request-by-request path."""
+        s = self.scheduler
+        cfg = s.config
+        running = s.running
+        count = len(running)
+        members = self._members
+        if members and self._cohort_last != self.clock:
+            return False
+        demand = cfg.demand
+        bs = demand.block_size
+        groups = demand.full_groups
+        outsiders = self._outsiders
+        lead = count  # the scheduler's leading decodes end at the first request that does not decode
+        for request in outsiders:
+            if request.num_tokens - request.computed != 1 or not request.generated:
+                position = running.index(request)
+                if position < lead:
+                    lead = position
+        leading: list[SimRequest] = []  # outsiders among the leading decodes: lagging ones only
+        tail: list[SimRequest] = []
+        if lead == count:
+            leading = outsiders
+        else:
+            for request in outsiders:
+                (tail if running.index(request) >= lead else leading).append(request)
+            if len(tail) != count - lead:
+                return False  # a member after a request in prefill: not a leading decode
+        if lead > cfg.max_num_batched_tokens:
+            return False
+        starting = self._by_offset[(-self._advance) % bs] if members else 0  # members starting a block
+        context = 0
+        for request in leading:
+            computed = request.computed
+            if not request.lagging or request.shared_prefix_tokens:
+                return False
+            context += computed
+            if not computed % bs:
+                starting += 1
+        if groups * starting > s.free_blocks:
+            return False  # some decode cannot get its block: the scheduler's order decides who is preempted
+        s.free_blocks -= groups * starting
+        for request in leading:
+            if not request.computed % bs:
+                request.own_blocks += groups
+        scheduled: list[tuple[SimRequest, int]] = []
+        preempted, budget, tokens, decode_context, pairs, prefill_kv, _ = s.schedule_rest(
+            lead,
+            scheduled,
+            cfg.max_num_batched_tokens - lead,
+            lead,
+            context + self._member_context + members * self._advance,
+            0.0,
+            0,
+            0,
+        )
+        self.num_preemptions += preempted
+        from_tail = len(scheduled)
+        if preempted == 0 and s.waiting:
+            tokens, pairs, prefill_kv = s.admit_waiting(scheduled, budget, tokens, pairs, prefill_kv)
+        requests = lead + len(scheduled)
+        if not requests:
+            self._drop_unservable_head()
+            return True
+        self._record(tokens)
+        seconds = self._step_seconds(tokens, requests, decode_context, pairs, prefill_kv, 0)
+        previous_end = self.clock
+        clock = self.clock = previous_end + seconds
+        self.num_steps += 1
+        # Every member's last token came at the end of the previous step: each gap is a regular one.
+        itl_sum = 0.0
+        gap = clock - previous_end
+        for _ in range(members):
+            itl_sum += gap
+        regular = members
+        sampled = itl_count = members
+        irregular = self.itl_samples
+        finished: list[SimRequest] = []
+        released = list(leading)
+        for request, new in scheduled:
+            if request.lagging:
+                released.append(request)
+                continue
+            computed = request.computed + new
+            request.computed = computed
+            if computed < request.num_tokens:
+                continue  # a prefill chunk that does not finish the prompt samples nothing
+            generated = request.generated + 1
+            request.generated = generated
+            request.num_tokens += 1
+            sampled += 1
+            if generated == 1:
+                request.first_token_seconds = clock
+            else:
+                last = request.last_token_seconds
+                itl_count += 1
+                itl_sum += clock - last
+                if last == previous_end:
+                    regular += 1
+                else:
+                    irregular.append((clock - last, 1.0))
+            request.last_token_seconds = clock
+            if generated >= request.output_tokens:
+                finished.append(request)
+        self.itl_count += itl_count
+        self.itl_sum += itl_sum
+        if regular:
+            irregular.append((seconds, float(regular)))
+        if sampled:
+            self.output_events.append((clock, float(sampled)))
+            self.num_steps_with_output += 1
+        for request in released:
+            s.finish(request)
+        self._outsiders = []
+        self._advance_cohort(1, clock, blocks_taken=True)
+        for request in finished:
+            self._finish(request)
+        if preempted:
+            self._form()  # the victims left the running list: count the outsiders afresh
+            return True
+        kept = self._outsiders  # members that finished and lag
+        for request in tail:
+            if not any(request is r for r in released):
+                self._keep_or_join(request, kept)
+        for request, _ in scheduled[from_tail:]:
+            self._keep_or_join(request, kept)
+        return True
+
+    def _keep_or_join(self, request: SimRequest, outsiders: list[SimRequest]) -> None:
+        """After a step: a running request that decodes in step with the cohort joins it; one that still
+        runs (lagging ones included) stays among ``outsiders``; one that finished and left is dropped."""
+        if self._joinable(request):
+            self._join(request)
+        elif request.finish_seconds < 0 or request.lagging:
+            outsiders.append(request)
+
+    def _joinable(self, request: SimRequest) -> bool:
+        """Decodes, sampled its last token now (with the cohort), has more to generate, and has no shared
+        prefix to hand to the prefix cache when it starts a block."""
+        return (
+            request.generated > 0
+            and request.computed == request.num_tokens - 1
+            and not request.lagging
+            and not request.shared_prefix_tokens
+            and request.generated < request.output_tokens
+            and request.last_token_seconds == self.clock
+        )
+
     def _drop_unservable_head(self) -> None:
         """Nothing could be scheduled: the waiting head needs more blocks than the empty pool has."""
         s = self.scheduler
@@ -360,13 +640,24 @@ class Engine:
             arrival_limit = self._next_send_seconds()
             if arrival_limit <= self.clock:
                 return False
-        # Newly admitted requests sit at the end: check from there, the usual reason to fail.
         k = 1 << 62
         context = 0
         window = cfg.attention_window
         windowed = 0  # Σ min(context, window) of the sliding-window layers
         below_window = 0  # requests whose context is still inside the window: their windowed read grows
-        if not window:
+        cohort = (
+            bool(self._members) and self._formed and not self._outsiders and self._cohort_last == self.clock
+        )
+        if cohort:
+            # Every running request is a member: each decodes, none lags; the nearest finish is the heap's.
+            k = self._finish_heap[0][0] - self._advance
+            context = self._member_context + self._members * self._advance
+        elif self._formed and self._members:
+            self._dissolve()
+        # Newly admitted requests sit at the end: check from there, the usual reason to fail.
+        if cohort:
+            pass
+        elif not window:
             for request in reversed(running):
                 computed = request.computed
                 if request.generated == 0 or computed != request.num_tokens - 1 or request.lagging:
@@ -394,7 +685,7 @@ class Engine:
                     windowed += window
         if k < 2:
             return False
-        k = self._block_limited_steps(k)
+        k = self._block_limited_steps(k, cohort=cohort)
         if k < 2:
             return False
         fixed, per_context = self._gpu_parts(n, n, 0.0, 0)
@@ -445,6 +736,9 @@ class Engine:
         demand = cfg.demand
         finished: list[SimRequest] = []
         grown_total = 0
+        if cohort:
+            self._advance_cohort(k, clock)
+            return True
         if demand.is_simple:
             bs, groups = demand.block_size, demand.full_groups
             for request in running:
@@ -475,9 +769,11 @@ class Engine:
         s.free_blocks -= grown_total
         for request in finished:
             self._finish(request)
+        if self._cohort_on:
+            self._form()
         return True
 
-    def _block_limited_steps(self, k: int) -> int:
+    def _block_limited_steps(self, k: int, *, cohort: bool = False) -> int:
         """Largest j ≤ k such that j more decode steps of every running request fit in the free pool."""
         s = self.scheduler
         demand = s.config.demand
@@ -487,6 +783,8 @@ class Engine:
             # all k steps do (the exact count below could only be smaller).
             if demand.full_groups * len(s.running) * ((k - 1) // demand.block_size + 1) <= free:
                 return k
+            if cohort:
+                return _steps_within_free(self._next_block_offsets(), k, free=free, groups=demand.full_groups)
             return _simple_block_limited_steps([r.computed for r in s.running], k, free=free, demand=demand)
         contexts = [r.computed for r in s.running]
         base = [demand.blocks(c) for c in contexts]
@@ -516,7 +814,13 @@ def _simple_block_limited_steps(contexts: list[int], k: int, *, free: int, deman
     per_offset = [0] * bs
     for c in contexts:
         per_offset[(-c) % bs] += 1
-    groups = demand.full_groups
+    return _steps_within_free(per_offset, k, free=free, groups=demand.full_groups)
+
+
+def _steps_within_free(per_offset: list[int], k: int, *, free: int, groups: int) -> int:
+    """Largest j ≤ k such that the blocks requests need over j decode steps fit in ``free``: ``per_offset[o]``
+    requests need one block per group at steps o, o + bs, … (bs = ``len(per_offset)``)."""
+    bs = len(per_offset)
 
     def needed(j: int) -> int:
         total = 0

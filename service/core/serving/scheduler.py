@@ -47,6 +47,7 @@ class SimRequest:
 
     __slots__ = (
         "arrival_seconds",
+        "cohort_base",
         "computed",
         "finish_seconds",
         "first_token_seconds",
@@ -82,6 +83,9 @@ class SimRequest:
         self.first_token_seconds = -1.0
         self.last_token_seconds = -1.0
         self.finish_seconds = -1.0
+        # ≥ 0 while the engine advances this request with its decode cohort (``engine.Engine``): its token
+        # counts, blocks and last token time are then those above plus the cohort's advance since this value.
+        self.cohort_base = -1
 
     def add_generated(self, count: int) -> None:
         self.generated += count
@@ -230,9 +234,7 @@ class Scheduler:
             return self._schedule_v0()
         cfg = self.config
         budget = cfg.max_num_batched_tokens
-        threshold = cfg.long_prefill_token_threshold
         scheduled: list[tuple[SimRequest, int]] = []
-        preempted = 0
         decode_context = 0
         pairs = 0.0
         prefill_kv = 0
@@ -245,7 +247,7 @@ class Scheduler:
         bs = demand.block_size
         full_groups = demand.full_groups
         running = self.running
-        count = len(running)  # kept in step with preemptions (which pop from the end)
+        count = len(running)
         # The leading run of decodes (one token each, its block free when it starts one: nothing to preempt)
         # is most of a step: it is handed over as a slice, without a (request, tokens) pair each.
         lead = 0
@@ -271,7 +273,39 @@ class Scheduler:
             budget -= lead
             tokens += lead
         decoding = running[:lead]
-        index = lead
+        preempted, budget, tokens, decode_context, pairs, prefill_kv, windowed = self.schedule_rest(
+            lead, scheduled, budget, tokens, decode_context, pairs, prefill_kv, windowed
+        )
+        if preempted == 0 and self.waiting:
+            tokens, pairs, prefill_kv = self.admit_waiting(scheduled, budget, tokens, pairs, prefill_kv)
+
+        return decoding, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed
+
+    def schedule_rest(
+        self,
+        index: int,
+        scheduled: list[tuple[SimRequest, int]],
+        budget: int,
+        tokens: int,
+        decode_context: int,
+        pairs: float,
+        prefill_kv: int,
+        windowed: int,
+    ) -> tuple[int, int, int, int, float, int, int]:
+        """Step 1 of the module docstring for the running requests from ``index`` on (those before it were
+        the step's leading decodes): each joins ``scheduled`` with its new tokens, preempting from the end
+        when blocks run out. Returns (preempted, budget, tokens, decode_context, pairs, prefill_kv,
+        windowed), the step's figures with theirs added."""
+        cfg = self.config
+        threshold = cfg.long_prefill_token_threshold
+        window = cfg.attention_window
+        demand = cfg.demand
+        simple = demand.is_simple
+        bs = demand.block_size
+        full_groups = demand.full_groups
+        running = self.running
+        count = len(running)  # kept in step with preemptions (which pop from the end)
+        preempted = 0
         while index < count and budget > 0:
             request = running[index]
             computed = request.computed
@@ -330,38 +364,50 @@ class Scheduler:
                 prefill_kv += computed + new
             index += 1
 
-        if preempted == 0:
-            while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-                request = self.waiting[0]
-                hit = self._prefix_hit_tokens(request) if request.computed == 0 else 0
-                new = request.num_tokens - hit
-                if 0 < threshold < new:
-                    new = threshold
-                new = min(new, budget)
-                shared = hit // bs
-                own_needed = demand.blocks(hit + new) - full_groups * shared - request.own_blocks
-                if cfg.reserve_full_sequence:
-                    whole = min(request.num_tokens, cfg.max_model_len)
-                    full_needed = demand.blocks(whole) - full_groups * shared - request.own_blocks
-                    if full_needed > self.free_blocks:
-                        break
-                if own_needed > self.free_blocks:
-                    break
-                self.waiting.popleft()
-                request.computed = hit
-                self.prefix_hit_tokens += hit
-                request.shared_blocks = shared
-                self.free_blocks -= own_needed
-                request.own_blocks += own_needed
-                self._cache_prefix(request, hit + new)
-                running.append(request)
-                scheduled.append((request, new))
-                budget -= new
-                tokens += new
-                pairs += new * (hit + new / 2)
-                prefill_kv += hit + new
+        return preempted, budget, tokens, decode_context, pairs, prefill_kv, windowed
 
-        return decoding, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed
+    def admit_waiting(
+        self, scheduled: list[tuple[SimRequest, int]], budget: int, tokens: int, pairs: float, prefill_kv: int
+    ) -> tuple[int, float, int]:
+        """Step 2 of the module docstring: waiting requests join, FCFS, while the budget, ``max_num_seqs`` and
+        the free blocks allow; each joins ``scheduled`` and the running list. Returns the step's ``tokens``,
+        ``pairs`` and ``prefill_kv`` with theirs added."""
+        cfg = self.config
+        threshold = cfg.long_prefill_token_threshold
+        demand = cfg.demand
+        bs = demand.block_size
+        full_groups = demand.full_groups
+        running = self.running
+        while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+            request = self.waiting[0]
+            hit = self._prefix_hit_tokens(request) if request.computed == 0 else 0
+            new = request.num_tokens - hit
+            if 0 < threshold < new:
+                new = threshold
+            new = min(new, budget)
+            shared = hit // bs
+            own_needed = demand.blocks(hit + new) - full_groups * shared - request.own_blocks
+            if cfg.reserve_full_sequence:
+                whole = min(request.num_tokens, cfg.max_model_len)
+                full_needed = demand.blocks(whole) - full_groups * shared - request.own_blocks
+                if full_needed > self.free_blocks:
+                    break
+            if own_needed > self.free_blocks:
+                break
+            self.waiting.popleft()
+            request.computed = hit
+            self.prefix_hit_tokens += hit
+            request.shared_blocks = shared
+            self.free_blocks -= own_needed
+            request.own_blocks += own_needed
+            self._cache_prefix(request, hit + new)
+            running.append(request)
+            scheduled.append((request, new))
+            budget -= new
+            tokens += new
+            pairs += new * (hit + new / 2)
+            prefill_kv += hit + new
+        return tokens, pairs, prefill_kv
 
     def _watermark_blocks(self) -> int:
         """V0 keeps 1 % of the pool free when admitting (``BlockSpaceManager`` ``watermark=0.01``)."""
