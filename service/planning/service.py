@@ -6,6 +6,7 @@ No database access happens here, so plans keep answering while the database is d
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, with_config
 from typing_extensions import TypedDict  # pydantic needs this one below Python 3.12
