@@ -326,6 +326,37 @@ class Engine:
             if generated >= request.output_tokens:
                 finished.append(request)
         sampled = itl_count = len(decoding) - len(released)
+        self._sample_scheduled(
+            scheduled,
+            clock=clock,
+            previous_end=previous_end,
+            seconds=seconds,
+            released=released,
+            finished=finished,
+            counts=(sampled, itl_count, itl_sum, regular),
+        )
+        for request in finished:
+            self._finish(request)
+
+    # --- the decode cohort ------------------------------------------------------------------------------
+    def _sample_scheduled(
+        self,
+        scheduled: list[tuple[SimRequest, int]],
+        *,
+        clock: float,
+        previous_end: float,
+        seconds: float,
+        released: list[SimRequest],
+        finished: list[SimRequest],
+        counts: tuple[int, int, float, int],
+    ) -> None:
+        """The end of a step for the requests scheduled after the leading decodes (one stage of both step
+        kinds): each computes its tokens, a finished prompt samples its next token, and the step's sample,
+        inter-token and finish counts — started at ``counts`` (sampled, ITL count, ITL sum, regular gaps)
+        from the leading decodes, summed on in the same order — are recorded. Lagging requests join
+        ``released`` and leave the scheduler; finished ones are appended to ``finished``."""
+        sampled, itl_count, itl_sum, regular = counts
+        irregular = self.itl_samples
         for request, new in scheduled:
             if request.lagging:
                 released.append(request)
@@ -359,11 +390,8 @@ class Engine:
             self.output_events.append((clock, float(sampled)))
             self.num_steps_with_output += 1
         for request in released:
-            s.finish(request)
-        for request in finished:
-            self._finish(request)
+            self.scheduler.finish(request)
 
-    # --- the decode cohort ------------------------------------------------------------------------------
     def _join(self, request: SimRequest) -> None:
         """``request`` decodes from here with the cohort (it sampled its last token with the others)."""
         advance = self._advance
@@ -543,43 +571,17 @@ class Engine:
             itl_sum += gap
         regular = members
         sampled = itl_count = members
-        irregular = self.itl_samples
         finished: list[SimRequest] = []
         released = list(leading)
-        for request, new in scheduled:
-            if request.lagging:
-                released.append(request)
-                continue
-            computed = request.computed + new
-            request.computed = computed
-            if computed < request.num_tokens:
-                continue  # a prefill chunk that does not finish the prompt samples nothing
-            generated = request.generated + 1
-            request.generated = generated
-            request.num_tokens += 1
-            sampled += 1
-            if generated == 1:
-                request.first_token_seconds = clock
-            else:
-                last = request.last_token_seconds
-                itl_count += 1
-                itl_sum += clock - last
-                if last == previous_end:
-                    regular += 1
-                else:
-                    irregular.append((clock - last, 1.0))
-            request.last_token_seconds = clock
-            if generated >= request.output_tokens:
-                finished.append(request)
-        self.itl_count += itl_count
-        self.itl_sum += itl_sum
-        if regular:
-            irregular.append((seconds, float(regular)))
-        if sampled:
-            self.output_events.append((clock, float(sampled)))
-            self.num_steps_with_output += 1
-        for request in released:
-            s.finish(request)
+        self._sample_scheduled(
+            scheduled,
+            clock=clock,
+            previous_end=previous_end,
+            seconds=seconds,
+            released=released,
+            finished=finished,
+            counts=(sampled, itl_count, itl_sum, regular),
+        )
         self._outsiders = []
         self._advance_cohort(1, clock, blocks_taken=True)
         for request in finished:
