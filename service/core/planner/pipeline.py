@@ -102,7 +102,6 @@ def _fixed(settings: Settings, _types: tuple[type, ...]) -> Fixed:
     block_size = layout.block_size
     blocks = count_blocks(settings, layout, memory)
     check = length_check(settings, block_size, blocks)
-    worst, lay = blocks.worst, blocks.layout
     profiled = settings.kv_cache_memory_bytes is None
     return Fixed(
         shares=shares,
@@ -110,30 +109,10 @@ def _fixed(settings: Settings, _types: tuple[type, ...]) -> Fixed:
         layout=layout,
         blocks=blocks,
         check=check,
-        memory_result=MemoryResult(
-            total_bytes=memory.total_bytes,
-            budget_bytes=int(memory.budget_bytes) if profiled else 0,
-            weights_bytes=worst.weights_bytes,
-            activation_bytes=worst.overheads.activation.bytes if profiled else 0,
-            non_torch_bytes=worst.overheads.non_torch.bytes if profiled else 0,
-            cudagraph_bytes=worst.overheads.cudagraph.bytes if profiled else 0,
-            kv_cache_bytes=worst.available,
-            kv_cache_used_bytes=blocks.num_gpu_blocks * lay.bytes_per_block,
-            kv_cache_bytes_low=worst.available_low,
-            kv_cache_bytes_high=worst.available_high,
-        ),
-        stage_results=tuple(
-            StageResult(
-                stage=s.stage,
-                layers=s.layers,
-                weights_bytes=s.weights_bytes,
-                kv_cache_bytes=s.available,
-                num_gpu_blocks=s.num_gpu_blocks,
-            )
-            for s in blocks.stages
-        ),
+        memory_result=_memory_result(memory, blocks, profiled),
+        stage_results=_stage_results(blocks),
         terms=(
-            explain_fixed(settings, block_size, memory, blocks, bytes_per_token(worst.specs))
+            explain_fixed(settings, block_size, memory, blocks, bytes_per_token(blocks.worst.specs))
             if settings.detail
             else None
         ),
