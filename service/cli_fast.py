@@ -130,6 +130,29 @@ def run_plan(options: PlanOptions) -> int:
         return exc.code
 
 
+def _settings_fields(o: PlanOptions, length: int | str | None) -> dict[str, object]:
+    """The plan settings a command line names, by their ``/v1/plans`` field names (both plan paths read them)."""
+    return {
+        "engine": o.engine,
+        "tensor_parallel_size": o.tensor_parallel_size,
+        "pipeline_parallel_size": o.pipeline_parallel_size,
+        "max_model_len": length,
+        "kv_cache_dtype": o.kv_cache_dtype,
+        "quantization": o.quantization,
+        "dtype": o.dtype,
+        "gpu_memory_utilization": o.gpu_memory_utilization,
+        "kv_cache_memory_bytes": o.kv_cache_memory_bytes,
+        "block_size": o.block_size,
+        "max_num_seqs": o.max_num_seqs,
+        "max_num_batched_tokens": o.max_num_batched_tokens,
+        "enforce_eager": o.enforce_eager,
+        "device": o.device,
+        "mamba_cache_dtype": o.mamba_cache_dtype,
+        "mamba_ssm_cache_dtype": o.mamba_ssm_cache_dtype,
+        "cpu_avx512_bf16": o.cpu_avx512_bf16,
+    }
+
+
 def offline_plan(o: PlanOptions) -> int | None:
     """``_plan``'s output and exit code for a plain offline plan, without pydantic; ``None`` for ``_plan``."""
     from service.planning.cli_args import FlagError, max_model_len_value
@@ -144,27 +167,7 @@ def offline_plan(o: PlanOptions) -> int | None:
         length = max_model_len_value(o.max_model_len)
     except FlagError:
         return None
-    settings = plain_settings(
-        {
-            "engine": o.engine,
-            "tensor_parallel_size": o.tensor_parallel_size,
-            "pipeline_parallel_size": o.pipeline_parallel_size,
-            "max_model_len": length,
-            "kv_cache_dtype": o.kv_cache_dtype,
-            "quantization": o.quantization,
-            "dtype": o.dtype,
-            "gpu_memory_utilization": o.gpu_memory_utilization,
-            "kv_cache_memory_bytes": o.kv_cache_memory_bytes,
-            "block_size": o.block_size,
-            "max_num_seqs": o.max_num_seqs,
-            "max_num_batched_tokens": o.max_num_batched_tokens,
-            "enforce_eager": o.enforce_eager,
-            "device": o.device,
-            "mamba_cache_dtype": o.mamba_cache_dtype,
-            "mamba_ssm_cache_dtype": o.mamba_ssm_cache_dtype,
-            "cpu_avx512_bf16": o.cpu_avx512_bf16,
-        }
-    )
+    settings = plain_settings(_settings_fields(o, length))
     if settings is None or not plain_tokens(o.prompt_tokens) or not plain_tokens(o.output_tokens):
         return None
     from service.catalog.offline import offline_snapshot
@@ -213,23 +216,7 @@ def _plan(o: PlanOptions) -> int:
     fields: dict[str, object] = {
         "model": model_ref,
         "gpu": gpu_ref,
-        "engine": o.engine,
-        "tensor_parallel_size": o.tensor_parallel_size,
-        "pipeline_parallel_size": o.pipeline_parallel_size,
-        "max_model_len": length,
-        "kv_cache_dtype": o.kv_cache_dtype,
-        "quantization": o.quantization,
-        "dtype": o.dtype,
-        "gpu_memory_utilization": o.gpu_memory_utilization,
-        "kv_cache_memory_bytes": o.kv_cache_memory_bytes,
-        "block_size": o.block_size,
-        "max_num_seqs": o.max_num_seqs,
-        "max_num_batched_tokens": o.max_num_batched_tokens,
-        "enforce_eager": o.enforce_eager,
-        "device": o.device,
-        "mamba_cache_dtype": o.mamba_cache_dtype,
-        "mamba_ssm_cache_dtype": o.mamba_ssm_cache_dtype,
-        "cpu_avx512_bf16": o.cpu_avx512_bf16,
+        **_settings_fields(o, length),
         "prompt_tokens": o.prompt_tokens,
         "output_tokens": o.output_tokens,
         **(o.features or {}),
