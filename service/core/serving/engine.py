@@ -131,6 +131,7 @@ class Engine:
         max_iterations: int,
         use_stretches: bool = True,
         use_cohort: bool = True,
+        step_parts: dict[tuple[int, int, float, int], tuple[float, float]] | None = None,
     ) -> None:
         self.use_stretches = (
             use_stretches  # False: one step at a time (the reference the stretches must match)
@@ -154,8 +155,9 @@ class Engine:
         self.peak_running = 0
         self.num_iterations = 0
         self.num_preemptions = 0
-        # Step-time terms by their arguments: each a pure function of them, so a kept answer is the answer.
-        self._parts: dict[tuple[int, int, float, int], tuple[float, float]] = {}
+        # Step-time terms by their arguments: each a pure function of them and the step model, so a kept
+        # answer is the answer (``step_parts``: shared by the simulations of one replica).
+        self._parts = {} if step_parts is None else step_parts
         self._cpu: dict[int, float] = {}  # CPU seconds of a step by its number of requests
         self._per_windowed = step_model.seconds_per_windowed_token()
         self._overlap = step_model.async_scheduling

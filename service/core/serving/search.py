@@ -17,9 +17,10 @@ log scale:
    and the ceiling (fails), until the bracket is within 3 %: the SLO metric is smooth in the rate, so 2–4
    simulations usually close the bracket that bisection would need 6 for.
 
-The plan is computed once and shared by every simulation; each simulation uses the same seed, so neighbouring
-rates see the same request lengths and the same arrival pattern scaled in time (vLLM rescales the gamma
-offsets to ``num_prompts / rate``), which keeps the SLO metric monotone enough for bisection.
+The replica (plan, step-time model, scheduler configuration, kept step-time terms) is prepared once and
+shared by every simulation; each simulation uses the same seed, so neighbouring rates see the same request
+lengths and the same arrival pattern scaled in time (vLLM rescales the gamma offsets to
+``num_prompts / rate``), which keeps the SLO metric monotone enough for bisection.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from service.core.planner import CapacityPlan, PlanRequest
 from service.core.planner import plan as make_plan
 from service.core.serving.datasets import BenchmarkSpec
 from service.core.serving.metrics import BenchmarkResult
-from service.core.serving.simulate import SimulationResult, simulate
+from service.core.serving.simulate import SimulationResult, prepare_replica, simulate
 from service.core.serving.step_time import StepCoefficients
 
 PERCENTILES = ("p50", "p99", "mean")
@@ -97,7 +98,7 @@ def max_rate_within_slo(
         raise InvalidSpec("must be ≥ 1", field="prompt_tokens")
     if output_tokens < 1:
         raise InvalidSpec("must be ≥ 1", field="output_tokens")
-    plan = plan or make_plan(request)
+    replica = prepare_replica(request, plan=plan or make_plan(request), coefficients=coefficients)
 
     def run(rate: float) -> SimulationResult:
         spec = BenchmarkSpec(
@@ -108,7 +109,7 @@ def max_rate_within_slo(
             random_output_len=output_tokens,
             seed=seed,
         )
-        return simulate(request, spec, plan=plan, coefficients=coefficients, timeline=timeline)
+        return simulate(request, spec, timeline=timeline, replica=replica)
 
     saturated = run(float("inf"))
     ceiling = saturated.result.request_throughput

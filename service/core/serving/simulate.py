@@ -191,27 +191,26 @@ def _assumptions(
     return tuple(lines)
 
 
-def simulate(
-    request: PlanRequest,
-    benchmark: BenchmarkSpec,
-    *,
-    plan: CapacityPlan | None = None,
-    coefficients: StepCoefficients | None = None,
-    limits: SimulationLimits = DEFAULT_SIMULATION_LIMITS,
-    step_by_step: bool = False,
-    timeline: bool = True,
-) -> SimulationResult:
-    """Simulate ``vllm bench serve`` with ``benchmark`` against a replica planned from ``request``.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replica:
+    """What every simulation of one planned replica shares, built once by ``prepare_replica``: the plan,
+    the step-time model (stage 4), the scheduler's configuration (stage 3) and the step-time terms the
+    engine has computed so far (``gpu_seconds_parts_of`` is a pure function of its arguments and the step
+    model, so a kept answer is the answer for every simulation of this replica)."""
 
-    ``step_by_step`` turns the closed-form decode stretches off (every step simulated on its own): the
-    reference the fast path is tested against. ``timeline=False`` leaves ``SimulationResult.timeline`` empty
-    (for callers that read only the figures, such as rate searches in a sweep).
-    """
-    if benchmark.num_prompts > limits.max_num_prompts:
-        raise InvalidSpec(
-            f"at most {limits.max_num_prompts:,} prompts are simulated, got {benchmark.num_prompts:,}",
-            field="benchmark.num_prompts",
-        )
+    request: PlanRequest
+    plan: CapacityPlan
+    coefficients: StepCoefficients
+    step_model: StepTimeModel
+    scheduler_config: SchedulerConfig
+    step_parts: dict[tuple[int, int, float, int], tuple[float, float]]
+
+
+def prepare_replica(
+    request: PlanRequest, *, plan: CapacityPlan | None = None, coefficients: StepCoefficients | None = None
+) -> Replica:
+    """The replica ``simulate`` runs benchmarks against; refused (``InvalidSpec``) where vLLM would not
+    start or a step cannot be timed."""
     if request.gpu is None:
         raise InvalidSpec("a GPU is needed to time the engine steps", field="gpu")
     coefficients = coefficients or DEFAULT_STEP_COEFFICIENTS
@@ -219,7 +218,33 @@ def simulate(
     if not plan.fits or plan.kv_cache.usable_blocks <= 0:
         reason = plan.errors[0].text if plan.errors else "the plan does not fit"
         raise InvalidSpec(f"vLLM would not start: {reason}", field="model")
+    settings = plan.settings
+    profile = resolve_engine(settings.engine)
+    step_model = StepTimeModel.build(
+        model=request.model, gpu=request.gpu, plan=plan, coefficients=coefficients
+    )
+    config = SchedulerConfig(
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        demand=block_demand(plan),
+        num_free_blocks=plan.kv_cache.usable_blocks,
+        prefill_first=profile.v0,
+        reserve_full_sequence=profile.version is not None and profile.version >= RESERVE_FULL_SEQUENCE_FROM,
+        max_model_len=settings.max_model_len,
+        attention_window=step_model.attention_window_tokens,
+    )
+    return Replica(
+        request=request,
+        plan=plan,
+        coefficients=coefficients,
+        step_model=step_model,
+        scheduler_config=config,
+        step_parts={},
+    )
 
+
+def _sim_requests(benchmark: BenchmarkSpec, limits: SimulationLimits) -> list[SimRequest]:
+    """Stages 1 and 2: the benchmark's requests with their lengths and the times the client sends them."""
     lengths = sample_requests(benchmark)
     _check_limits(lengths, limits)
     offsets = arrival_offsets_seconds(
@@ -233,34 +258,47 @@ def simulate(
         r = SimRequest(i, length.prompt_tokens, length.output_tokens, length.shared_prefix_tokens)
         r.arrival_seconds = offset
         sim_requests.append(r)
+    return sim_requests
 
-    settings = plan.settings
-    profile = resolve_engine(settings.engine)
-    demand = block_demand(plan)
-    step_model = StepTimeModel.build(
-        model=request.model, gpu=request.gpu, plan=plan, coefficients=coefficients
-    )
-    scheduler = Scheduler(
-        SchedulerConfig(
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
-            demand=demand,
-            num_free_blocks=plan.kv_cache.usable_blocks,
-            prefill_first=profile.v0,
-            reserve_full_sequence=profile.version is not None
-            and profile.version >= RESERVE_FULL_SEQUENCE_FROM,
-            max_model_len=settings.max_model_len,
-            attention_window=step_model.attention_window_tokens,
+
+def simulate(
+    request: PlanRequest,
+    benchmark: BenchmarkSpec,
+    *,
+    plan: CapacityPlan | None = None,
+    coefficients: StepCoefficients | None = None,
+    limits: SimulationLimits = DEFAULT_SIMULATION_LIMITS,
+    step_by_step: bool = False,
+    timeline: bool = True,
+    replica: Replica | None = None,
+) -> SimulationResult:
+    """Simulate ``vllm bench serve`` with ``benchmark`` against a replica planned from ``request``.
+
+    ``step_by_step`` turns the closed-form decode stretches off (every step simulated on its own): the
+    reference the fast path is tested against. ``timeline=False`` leaves ``SimulationResult.timeline`` empty
+    (for callers that read only the figures, such as rate searches in a sweep). ``replica`` (from
+    ``prepare_replica`` for the same request) saves the preparation when one replica runs many benchmarks;
+    ``plan`` and ``coefficients`` are then the replica's.
+    """
+    if benchmark.num_prompts > limits.max_num_prompts:
+        raise InvalidSpec(
+            f"at most {limits.max_num_prompts:,} prompts are simulated, got {benchmark.num_prompts:,}",
+            field="benchmark.num_prompts",
         )
-    )
+    if replica is None:
+        replica = prepare_replica(request, plan=plan, coefficients=coefficients)
+    plan, coefficients, settings = replica.plan, replica.coefficients, replica.plan.settings
+    sim_requests = _sim_requests(benchmark, limits)
+    scheduler = Scheduler(replica.scheduler_config)
     engine = Engine(
         requests=sim_requests,
         scheduler=scheduler,
-        step_model=step_model,
+        step_model=replica.step_model,
         max_concurrency=benchmark.max_concurrency,
         max_model_len=settings.max_model_len,
         max_iterations=limits.max_simulated_steps,
         use_stretches=not step_by_step,
+        step_parts=replica.step_parts,
     )
     trace = engine.run()
     outcomes = _outcomes(trace)
