@@ -567,7 +567,10 @@ class Engine:
         clock = self.clock = previous_end + seconds
         self.num_steps += 1
         # Every member's last token came at the end of the previous step: each gap is a regular one.
-        itl_sum = (clock - previous_end) * members
+        itl_sum = 0.0
+        gap = clock - previous_end
+        for _ in range(members):
+            itl_sum += gap  # one gap at a time, as the request-by-request path sums them (same rounding)
         regular = members
         sampled = itl_count = members
         finished: list[SimRequest] = []

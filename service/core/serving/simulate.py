@@ -149,12 +149,12 @@ def _timeline(
 def _outcomes(trace: EngineTrace) -> tuple[RequestOutcome, ...]:
     return tuple(
         RequestOutcome(
-            prompt_tokens=r.prompt_tokens,
-            output_tokens=r.output_tokens,
-            send_seconds=r.send_seconds,
-            first_token_seconds=r.first_token_seconds,
-            finish_seconds=r.finish_seconds,
-            success=r.finish_seconds >= 0,
+            r.prompt_tokens,
+            r.output_tokens,
+            r.send_seconds,
+            r.first_token_seconds,
+            r.finish_seconds,
+            r.finish_seconds >= 0,
         )
         for r in trace.requests
     )
