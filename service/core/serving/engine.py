@@ -319,10 +319,10 @@ class Engine:
             request.generated = generated
             request.num_tokens += 1
             last = request.last_token_seconds
-            itl_sum += clock - last
             if last == previous_end:
                 regular += 1
             else:
+                itl_sum += clock - last
                 irregular.append((clock - last, 1.0))
             request.last_token_seconds = clock
             if generated >= request.output_tokens:
@@ -354,8 +354,8 @@ class Engine:
     ) -> None:
         """The end of a step for the requests scheduled after the leading decodes (one stage of both step
         kinds): each computes its tokens, a finished prompt samples its next token, and the step's sample,
-        inter-token and finish counts — started at ``counts`` (sampled, ITL count, ITL sum, regular gaps)
-        from the leading decodes, summed on in the same order — are recorded. Lagging requests join
+        inter-token and finish counts — started at ``counts`` (sampled, ITL count, sum of the irregular gaps,
+        regular gaps) from the leading decodes, summed on in the same order — are recorded. Lagging requests join
         ``released`` and leave the scheduler; finished ones are appended to ``finished``."""
         sampled, itl_count, itl_sum, regular = counts
         irregular = self.itl_samples
@@ -376,16 +376,17 @@ class Engine:
             else:
                 last = request.last_token_seconds
                 itl_count += 1
-                itl_sum += clock - last
                 if last == previous_end:
                     regular += 1
                 else:
+                    itl_sum += clock - last
                     irregular.append((clock - last, 1.0))
             request.last_token_seconds = clock
             if generated >= request.output_tokens:
                 finished.append(request)
         self.itl_count += itl_count
-        self.itl_sum += itl_sum
+        # The regular gaps (a token in each of two consecutive steps) are all this step's length: one product.
+        self.itl_sum += itl_sum + regular * (clock - previous_end)
         if regular:
             irregular.append((seconds, float(regular)))
         if sampled:
@@ -568,9 +569,6 @@ class Engine:
         self.num_steps += 1
         # Every member's last token came at the end of the previous step: each gap is a regular one.
         itl_sum = 0.0
-        gap = clock - previous_end
-        for _ in range(members):
-            itl_sum += gap  # one gap at a time, as the request-by-request path sums them (same rounding)
         regular = members
         sampled = itl_count = members
         finished: list[SimRequest] = []
@@ -634,8 +632,10 @@ class Engine:
         running = s.running
         n = len(running)
         cfg = s.config
-        if n == 0 or n > cfg.max_num_batched_tokens or s.num_lagging:
-            return False  # (a lagging request takes its extra step, one at a time)
+        if n == 0 or n > cfg.max_num_batched_tokens:
+            return False
+        if s.num_lagging:
+            return self._try_lag_step()  # (a lagging request takes its extra step, one at a time)
         arrival_limit = math.inf
         if s.waiting:
             if not s.admission_blocked(n):
@@ -715,15 +715,29 @@ class Engine:
                 k = lo
         self._record(float(n))
         duration = stretch_seconds(k, a=a, b=b, cpu=cpu, overlap=overlap)
+        start = self.clock
+        self._stretch_figures(n, k, start=start, duration=duration, a=a, b=b, cpu=cpu)
+        clock = self.clock = start + duration
+        if cohort:
+            self._advance_cohort(k, clock)
+            return True
+        self._advance_running(k, clock)
+        if self._cohort_on:
+            self._form()
+        return True
+
+    def _stretch_figures(
+        self, n: int, k: int, *, start: float, duration: float, a: float, b: float, cpu: float
+    ) -> None:
+        """The client's and the engine's counters for ``k`` decode steps of ``n`` requests from ``start``."""
+        overlap = self._overlap
         # Output tokens over time feed vLLM's one-second buckets (max_output_tokens_per_s): a few points per
         # second of the stretch are enough.
-        start = self.clock
         events = min(ITL_SAMPLES_PER_STRETCH, max(1, math.ceil(2 * duration)))
         output_events = self.output_events
         tokens_per_event = n * k / events
         for m in range(events):
             output_events.append((start + duration * (m + 0.5) / events, tokens_per_event))
-        clock = self.clock = start + duration
         self.num_steps += k
         self.num_steps_with_output += k
         self.itl_count += k * n
@@ -737,44 +751,87 @@ class Engine:
             for m in range(ITL_SAMPLES_PER_STRETCH):
                 j = int((m + 0.5) * k / ITL_SAMPLES_PER_STRETCH)
                 samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), weight))
-        demand = cfg.demand
+
+    def _advance_running(self, k: int, clock: float) -> None:
+        """Every running request (none in the cohort) decodes ``k`` more tokens, the last at ``clock``; the
+        blocks they start come from the pool, and those whose output is complete finish."""
+        s = self.scheduler
+        demand = s.config.demand
         finished: list[SimRequest] = []
         grown_total = 0
-        if cohort:
-            self._advance_cohort(k, clock)
-            return True
-        if demand.is_simple:
-            bs, groups = demand.block_size, demand.full_groups
-            for request in running:
-                c = request.computed
+        simple = demand.is_simple
+        bs, groups = demand.block_size, demand.full_groups
+        for request in s.running:
+            c = request.computed
+            if simple:
                 grown = groups * ((c + k + bs - 1) // bs - (c + bs - 1) // bs)
-                request.computed = c + k
-                generated = request.generated + k
-                request.generated = generated
-                request.num_tokens += k
-                request.own_blocks += grown
-                grown_total += grown
-                request.last_token_seconds = clock
-                if generated >= request.output_tokens:
-                    finished.append(request)
-        else:
-            for request in running:
-                c = request.computed
+            else:
                 grown = demand.blocks(c + k) - demand.blocks(c)
-                request.computed = c + k
-                generated = request.generated + k
-                request.generated = generated
-                request.num_tokens += k
-                request.own_blocks += grown
-                grown_total += grown
-                request.last_token_seconds = clock
-                if generated >= request.output_tokens:
-                    finished.append(request)
+            request.computed = c + k
+            generated = request.generated + k
+            request.generated = generated
+            request.num_tokens += k
+            request.own_blocks += grown
+            grown_total += grown
+            request.last_token_seconds = clock
+            if generated >= request.output_tokens:
+                finished.append(request)
         s.free_blocks -= grown_total
         for request in finished:
             self._finish(request)
-        if self._cohort_on:
-            self._form()
+
+    def _try_lag_step(self) -> bool:
+        """``_cohort_step`` for the step after one that finished requests under async scheduling, when it
+        holds nothing else: every running request is a member or lagging (each takes its extra step, its
+        token discarded, and leaves), nobody can join it (nobody waits, or the waiting head is blocked; the
+        requests sent by now are waiting) and every block it starts is free (otherwise the scheduler's order
+        decides who is preempted). Its time and every figure are ``_cohort_step``'s, term for term, without
+        the scheduler's visit; False (nothing changed) when the step needs it."""
+        s = self.scheduler
+        cfg = s.config
+        n = len(s.running)
+        members = self._members
+        lagging = self._outsiders
+        if not (self._cohort_on and self._formed) or members + len(lagging) != n:
+            return False
+        if members and self._cohort_last != self.clock:
+            return False
+        if s.waiting and not s.admission_blocked(n):
+            return False
+        demand = cfg.demand
+        bs, groups = demand.block_size, demand.full_groups
+        starting = self._by_offset[(-self._advance) % bs] if members else 0  # members starting a block
+        context = 0
+        for request in lagging:
+            computed = request.computed
+            if not request.lagging or request.shared_prefix_tokens:
+                return False
+            context += computed
+            if not computed % bs:
+                starting += 1
+        if groups * starting > s.free_blocks:
+            return False
+        s.free_blocks -= groups * starting
+        for request in lagging:
+            if not request.computed % bs:
+                request.own_blocks += groups
+        self._record(n)
+        seconds = self._step_seconds(
+            n, n, context + self._member_context + members * self._advance, 0.0, 0, 0
+        )
+        previous_end = self.clock
+        clock = self.clock = previous_end + seconds
+        self.num_steps += 1
+        if members:  # each member's gap is a regular one; the lagging ones sample nothing
+            self.itl_count += members
+            self.itl_sum += 0.0 + members * (clock - previous_end)
+            self.itl_samples.append((seconds, float(members)))
+            self.output_events.append((clock, float(members)))
+            self.num_steps_with_output += 1
+        for request in lagging:
+            s.finish(request)
+        self._outsiders = []
+        self._advance_cohort(1, clock, blocks_taken=True)
         return True
 
     def _block_limited_steps(self, k: int, *, cohort: bool = False) -> int:
