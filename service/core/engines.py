@@ -21,7 +21,8 @@ Inside a profile the exact release still matters for a few details, so the profi
 release that was asked for (``ceil`` of the requested budget from 0.15, the 1.25/1.5 group-size rule, the
 token count formula of 0.21, the in-flight term of 0.28, the null block in the refusal check of 0.30 …). A
 patch release is kept where the rules changed inside a minor line (``vllm-0.6.3``: the profiler and block
-sizes before 0.6.4); a bare minor means its last patch release.
+sizes before 0.6.4; ``vllm-0.7.0``: DeepSeek's MLA layers cached per head before 0.7.1); a bare minor means its
+last patch release.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ _ENGINE_PATTERN = re.compile(
     r"^(?:vllm[-_ ]?)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)*(?:\.?post\d+)?(?:[-_ ]?(v0|v1))?$"
 )
 # Patch releases inside a minor line whose rules differ from the line's last release (see ``_release_rules``).
-_PATCH_MATTERS_BELOW = {(0, 6): 4}
+_PATCH_MATTERS_BELOW = {(0, 6): 4, (0, 7): 1}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,8 +74,10 @@ class EngineProfile:
     max_model_len_auto: bool  # --max-model-len auto (0.15+)
     mamba_align: bool  # prefix caching on for hybrids → 2 state pages per request (0.28+)
     consumed_memory_model: bool  # non-KV = consumed + transient peak (0.28+)
-    refusal_counts_first_group_only: bool  # 0.15's refusal check under-counts hybrids
-    refusal_per_layer: bool  # ≤0.12: the refusal check sums per-layer needs, without padding
+    refusal_counts_first_group_only: bool  # 0.14 – 0.18's refusal check under-counts hybrids
+    refusal_per_layer: bool  # ≤0.13: the refusal check sums per-layer needs, without padding
+    # 0.14 – 0.16 under PP: one request over every stage's layers against the smallest stage's memory
+    refusal_over_whole_model: bool
     message_style: str  # "v0" | "models's" (≤0.21) | "model's" (0.25+)
     # Defaults and checks that moved between releases (read by the planner's stages, never by version number):
     async_scheduling_default: bool  # async scheduling on by default on GPUs (0.15+)
@@ -100,6 +103,12 @@ class EngineProfile:
     # (compute capability, backend, block) whose block the CUDA platform forces on an MLA --block-size it cannot
     # take (V1 0.8 – 0.11; see ``planner/settings.py::_block_size``):
     mla_forced_blocks: tuple[tuple[str, str, int], ...] = ()
+    # DeepSeek's MLA layers (``ModelConfig.get_head_size``): from 0.7.1 (V0) and in V1 the cache holds one latent
+    # head of kv_lora_rank + qk_rope_head_dim; before, K and V of every KV head with the qk head size
+    # (qk_nope_head_dim + qk_rope_head_dim), padded to 256 for FlashAttention in 0.5 – 0.6 (read from the 0.5.1,
+    # 0.6.6.post1, 0.7.0 and 0.7.1 wheels).
+    mla_latent_cache: bool = True
+    mla_head_size_padded_to: int | None = None
     # CPU on AVX512-BF16 hosts: an auto SSM state is kept in float32 (0.32+, vllm/platforms/cpu.py)
     cpu_fp32_ssm_state: bool = False
     # Mamba2 mixers hold a prefill checkpoint page in align mode (0.32+, MambaMixer2.get_kv_cache_spec)
@@ -215,6 +224,7 @@ def resolve_engine(engine: str | None) -> EngineProfile:
             consumed_memory_model=False,
             refusal_counts_first_group_only=False,
             refusal_per_layer=False,
+            refusal_over_whole_model=False,
             message_style="model's",
             async_scheduling_default=False,
             in_flight_batches_pp_plus_one=False,
@@ -261,8 +271,12 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         # 0.28+ (mem_utils.memory_profiling) and V0 before 0.6.4 (worker.py: init free − free after the profile
         # run) both charge the drop in free memory, so the caching allocator's residue counts.
         consumed_memory_model=_v(rules, (0, 28)) or (v0 and release < (0, 6, 4)),
-        refusal_counts_first_group_only=(0, 15) <= rules < (0, 19),
-        refusal_per_layer=rules <= (0, 12),
+        # vllm/v1/core/kv_cache_utils.py: 0.13.0 sums max_memory_usage_bytes per layer of each worker's specs;
+        # 0.14.0 introduced _max_memory_usage_bytes_from_groups (group_size × page × the first group's blocks) and
+        # checked it over the merged specs of all workers against min(available_memory), 0.17.0 per worker again.
+        refusal_counts_first_group_only=(0, 14) <= rules < (0, 19),
+        refusal_per_layer=rules <= (0, 13),
+        refusal_over_whole_model=not v0 and (0, 14) <= rules < (0, 17),
         message_style="v0" if v0 else "model's" if _v(rules, (0, 25)) else "models's",
         async_scheduling_default=_v(rules, (0, 15)),
         in_flight_batches_pp_plus_one=_v(rules, (0, 30)),
@@ -278,6 +292,8 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         auto_dtype_keeps_bf16=rules < V1_DEFAULT_SINCE,
         checks_quantization_capability=rules < V1_DEFAULT_SINCE,
         mla_forced_blocks=_mla_forced_blocks(rules) if not v0 else (),
+        mla_latent_cache=not v0 or release >= (0, 7, 1),
+        mla_head_size_padded_to=256 if v0 and rules < (0, 7) else None,
         cpu_fp32_ssm_state=_v(rules, (0, 32)),
         mamba_prefill_checkpoint=_v(rules, (0, 32)),
         cpu_kernel_block_multiple=32 if _v(rules, (0, 32)) else None,

@@ -271,6 +271,34 @@ def test_fp8_minimum_follows_the_release() -> None:
     assert not refused("vllm-0.30")  # Fp8Config.get_min_capability() 75 in v0.30.0
 
 
+@pytest.mark.parametrize(
+    ("engine", "whole"), [("vllm-0.13", False), ("vllm-0.15", True), ("vllm-0.17", False)]
+)
+def test_pipeline_refusal_measures_the_whole_model_in_0_14_to_0_16(engine: str, whole: bool) -> None:
+    # get_kv_cache_configs of 0.14.0 – 0.16.0 merges every worker's specs and checks one max_model_len request
+    # over all layers against min(available_memory); 0.13 and 0.17 check each stage's own layers. Qwen3-Coder-
+    # 30B-A3B at 262144 tokens: 48 layers × 2 × 4 KV heads × 128 × 2 B = 96 KiB a token → 24 GiB for the model,
+    # 12 GiB for one stage of PP 2 — case 2037's vLLM 0.15.2 refusal logged "24.0 GiB KV cache is needed".
+    snapshot = builtin_snapshot()
+    request = PlanRequest(
+        model=snapshot.models["qwen3-coder-30b-a3b"].spec,
+        gpu=snapshot.gpus["h100-sxm-80gb"].spec,
+        engine=engine,
+        pipeline_parallel_size=2,
+        max_model_len=262144,
+        kv_cache_memory_bytes=16 * 2**30,
+        suggest=False,
+    )
+    result = plan(request)
+    assert result.fits is not whole
+    if whole:
+        errors = [m.text for m in result.messages if m.level == "error"]
+        assert errors and errors[0].startswith(
+            "To serve at least one request with the models's max seq len (262144), (24.00 GiB KV cache is "
+            "needed, which is larger than the available KV cache memory (16.00 GiB)."
+        )
+
+
 def test_refusals_older_than_the_oldest_modelled_release_are_not_judged() -> None:
     # Cases 6, 7 and 30 are V0 refusals of February – March 2024 (vLLM 0.3): no kvcap profile has their rules.
     by_id = {v.case_id: v for v in VERDICTS}

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from service.catalog.builtin import builtin_snapshot
 from service.core.engines import parse_engine, resolve_engine
 from service.core.errors import UnknownEngine
 from service.core.overheads import DEFAULT_COEFFICIENTS
@@ -59,7 +60,42 @@ def test_engines_that_never_existed_are_refused(engine: str) -> None:
 def test_a_patch_release_is_kept_only_where_the_rules_change_inside_the_line() -> None:
     assert parse_engine("0.6.3")[0] == "vllm-0.6.3"  # profiler and block sizes before 0.6.4
     assert parse_engine("0.6.4")[0] == "vllm-0.6"
+    assert parse_engine("0.7.0")[0] == "vllm-0.7.0"  # DeepSeek's MLA layers cached per head before 0.7.1
+    assert parse_engine("0.7.1")[0] == "vllm-0.7"
     assert parse_engine("0.7.3")[0] == "vllm-0.7"
+
+
+@pytest.mark.parametrize(
+    ("engine", "per_token", "block"),
+    [
+        # ModelConfig.get_head_size of 0.5.1 / 0.6.6.post1: deepseek_v2 → 256 (192 padded for FlashAttention);
+        # K and V of num_key_value_heads // TP = 16 // 2 heads on each of the 27 layers, fp16.
+        ("vllm-0.5", 27 * 2 * (16 // 2) * 256 * 2, 16),
+        ("vllm-0.6", 27 * 2 * (16 // 2) * 256 * 2, 16),
+        # 0.7.0: qk_nope_head_dim + qk_rope_head_dim = 128 + 64, unpadded.
+        ("vllm-0.7.0", 27 * 2 * (16 // 2) * (128 + 64) * 2, 16),
+        # 0.7.1+: one latent head of kv_lora_rank + qk_rope_head_dim = 576, not split by TP.
+        ("vllm-0.7", 27 * (512 + 64) * 2, None),
+        ("vllm-0.19", 27 * (512 + 64) * 2, None),
+    ],
+)
+def test_deepseek_mla_layers_are_cached_per_head_before_0_7_1(
+    engine: str, per_token: int, block: int | None
+) -> None:
+    snapshot = builtin_snapshot()
+    request = PlanRequest(
+        model=snapshot.models["deepseek-v2-lite"].spec,
+        gpu=snapshot.gpus["l40"].spec,
+        engine=engine,
+        tensor_parallel_size=2,
+        dtype="float16",
+        max_model_len=32768,
+        suggest=False,
+    )
+    kv = plan(request).kv_cache
+    assert kv.bytes_per_token == per_token
+    if block is not None:  # no MLA backend before 0.7.1: FlashAttention's default block, not FlashMLA's 64
+        assert kv.block_size == block
 
 
 def test_vllm_0_10_now_reports_v1_concurrency_and_v0_the_block_formula() -> None:

@@ -9,7 +9,9 @@
 
 and the longest request the cache holds, as the release's start-up check measures it
 (``vllm/v1/core/kv_cache_utils.py::check_enough_kv_cache_memory``; V0: ``max_seq_len`` against
-``num_gpu_blocks × block_size`` in ``vllm/worker/worker.py::raise_if_cache_size_invalid``).
+``num_gpu_blocks × block_size`` in ``vllm/worker/worker.py::raise_if_cache_size_invalid``). Under pipeline
+parallelism each stage is checked against its own layers, except in 0.14 – 0.16, whose ``get_kv_cache_configs``
+checks one request over the whole model's layers (the stages' specs merged) against the smallest stage's memory.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from service.core.engines import EngineProfile
-from service.core.kv_cache import KvLayout, SpecCounts, blocks_per_request, bytes_per_token, num_blocks
+from service.core.kv_cache import (
+    KvLayout,
+    LayerKvSpec,
+    SpecCounts,
+    blocks_per_request,
+    bytes_per_token,
+    group_layers,
+    num_blocks,
+)
 from service.core.overheads import Overheads
 from service.core.planner.layout import Layout
 from service.core.planner.memory import MemoryBudget
@@ -117,6 +127,13 @@ def in_flight_tokens(engine: EngineProfile, *, mnbt: int, async_scheduling: bool
     return batches * mnbt
 
 
+class WholeModel(NamedTuple):
+    """Every stage's layers as one spec set (``merged_kv_cache_specs`` → ``get_kv_cache_groups``)."""
+
+    specs: SpecCounts
+    layout: KvLayout
+
+
 class LengthCheck(NamedTuple):
     """vLLM's start-up check of one request's length, with the release's arithmetic."""
 
@@ -125,8 +142,9 @@ class LengthCheck(NamedTuple):
     state_pages: int
     num_gpu_blocks_override: int | None
     v0_capacity_tokens: int  # V0: block_size × blocks per pipeline stage
+    whole_model: WholeModel | None = None  # 0.14 – 0.16 under PP: the check measures every layer at once
 
-    def needed_bytes(self, stage: PipelineStage, length: int) -> int:
+    def needed_bytes(self, stage: PipelineStage | WholeModel, length: int) -> int:
         """Bytes the check demands for one request of ``length`` tokens (per release)."""
         lay, engine = stage.layout, self.engine
         if engine.refusal_per_layer:
@@ -164,9 +182,21 @@ class LengthCheck(NamedTuple):
             available -= stage.layout.bytes_per_block
         return available
 
+    def refusal_figures(
+        self, stages: tuple[PipelineStage, ...], worst: PipelineStage, length: int
+    ) -> tuple[int, int]:
+        """(needed, available) as the refusal reports them: the worst stage's, or under the whole-model check
+        (0.14 – 0.16) the whole model's need against ``min(available_memory)`` over the stages."""
+        if self.whole_model is not None:
+            return self.needed_bytes(self.whole_model, length), min(self.available_bytes(s) for s in stages)
+        return self.needed_bytes(worst, length), self.available_bytes(worst)
+
     def fits(self, stages: tuple[PipelineStage, ...], length: int) -> bool:
         if self.engine.v0:
             return length <= self.v0_capacity_tokens
+        if self.whole_model is not None:
+            needed = self.needed_bytes(self.whole_model, length)
+            return needed <= min(self.available_bytes(s) for s in stages)
         return all(self.needed_bytes(s, length) <= self.available_bytes(s) for s in stages)
 
     def largest_fitting(self, stages: tuple[PipelineStage, ...], limit: int) -> int:
@@ -194,6 +224,22 @@ def is_attention_free(model: ModelSpec) -> bool:
     return not any(kind.is_attention for kind in model.resolved_layer_types)
 
 
+def whole_model(engine: EngineProfile, stages: tuple[PipelineStage, ...]) -> WholeModel | None:
+    """The merged specs of every pipeline stage, grouped as one model (``get_kv_cache_configs`` of 0.14.0 –
+    0.16.0: "Merge the KV cache specs of all workers", then ``_check_enough_kv_cache_memory(min(available_memory),
+    …)`` over the global groups; 0.17 checks each worker's projected groups again). None for one stage."""
+    if len(stages) == 1 or not engine.refusal_over_whole_model:
+        return None
+    merged: dict[LayerKvSpec, int] = {}
+    for stage in stages:
+        for spec, count in stage.specs:
+            merged[spec] = merged.get(spec, 0) + count
+    specs = list(merged.items())
+    return WholeModel(
+        specs=specs, layout=group_layers(tuple(specs), uniform_ratio=engine.group_size_ratio or 1.0)
+    )
+
+
 def length_check(settings: Settings, block_size: int, blocks: Blocks) -> LengthCheck:
     engine = settings.engine
     return LengthCheck(
@@ -208,6 +254,7 @@ def length_check(settings: Settings, block_size: int, blocks: Blocks) -> LengthC
         state_pages=2 if engine.mamba_align and not is_attention_free(settings.model) else 1,
         num_gpu_blocks_override=settings.num_gpu_blocks_override,
         v0_capacity_tokens=block_size * (blocks.num_gpu_blocks // settings.pipeline_parallel_size),
+        whole_model=whole_model(engine, blocks.stages),
     )
 
 

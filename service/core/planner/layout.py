@@ -19,6 +19,7 @@ from service.core.kv_cache import (
     LayerKvSpec,
     SpecCounts,
     group_layers,
+    kv_heads_per_rank,
     layer_spec_counts,
     unify_page_sizes,
 )
@@ -157,6 +158,9 @@ def _stage_specs(
         )
     )
     present = {spec.kind for spec, _ in counts}
+    if LayerType.MLA in present and not engine.mla_latent_cache:
+        counts = _mla_as_heads(model, counts, engine, tp)
+        notes.append("MLA layers cached as K and V of every KV head (no latent cache before vLLM 0.7.1)")
     if engine.v0:
         if present & {LayerType.SLIDING, LayerType.CHUNKED}:
             # V0 paged every attention layer the same way: a sliding window limits attention, not memory.
@@ -169,6 +173,22 @@ def _stage_specs(
             "chunked local attention is charged as full attention (hybrid KV manager off by default before 0.15)"
         )
     return counts, notes
+
+
+def _mla_as_heads(model: ModelSpec, counts: SpecCounts, engine: EngineProfile, tp: int) -> SpecCounts:
+    """DeepSeek's MLA layers as V0 cached them before 0.7.1: a full-attention page of K and V for each of the
+    rank's ``num_key_value_heads // tp`` heads, the head as wide as the query/key head (qk_nope_head_dim +
+    qk_rope_head_dim), padded to 256 in 0.5 – 0.6 (``ModelConfig.get_head_size``; ``DeepseekV2Attention`` pads
+    q, k and v to 256 before ``Attention``, vLLM 0.5.1)."""
+    head = (model.qk_nope_head_dim or 0) + (model.qk_rope_head_dim or 0)
+    padded = engine.mla_head_size_padded_to
+    heads = kv_heads_per_rank(model.num_key_value_heads, tp)
+    converted: dict[LayerKvSpec, int] = {}
+    for spec, n in counts:
+        if spec.kind is LayerType.MLA:
+            spec = replace(spec, kind=LayerType.FULL, num_kv_heads=heads, head_size=max(head, padded or 0))
+        converted[spec] = converted.get(spec, 0) + n
+    return list(converted.items())
 
 
 def _unify_attention_pages(counts: SpecCounts) -> tuple[SpecCounts, str]:

@@ -368,11 +368,13 @@ def _is_hopper(gpu: GpuSpec | None) -> bool:
 
 
 def default_block_size(model: ModelSpec, engine: EngineProfile, gpu: GpuSpec | None, device: str) -> int:
-    """16 on GPUs; 128 on the CPU backend (0.12+); MLA backends: FlashMLA 64 (Hopper), CUTLASS 128 (Blackwell)."""
+    """16 on GPUs; 128 on the CPU backend (0.12+); MLA backends: FlashMLA 64 (Hopper), CUTLASS 128 (Blackwell).
+
+    Before 0.7.1 V0 had no MLA backend (its DeepSeek layers ran FlashAttention per head): 16 there too."""
     if device == "cpu":
         # The CPU backend's reference MLA kernel takes 16-token blocks (recorded with vLLM 0.32 on CPU).
         return engine.cpu_mla_block_size if model.uses_mla else engine.cpu_block_size
-    if model.uses_mla and engine.overheads:
+    if model.uses_mla and engine.overheads and engine.mla_latent_cache:
         if _is_blackwell(gpu):
             return 128
         if engine.mla_forces_flashmla:

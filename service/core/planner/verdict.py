@@ -83,6 +83,7 @@ def judge(
         )
     max_len = capacity.max_model_len
     if n_blocks > 0 and max_len and not capacity.requested_fits and not settings.max_model_len_auto:
+        needed, available = check.refusal_figures(blocks.stages, worst, max_len)
         messages.append(
             Message(
                 level="error",
@@ -91,8 +92,8 @@ def judge(
                     settings.engine,
                     max_len,
                     capacity.max_model_len_that_fits,
-                    check.needed_bytes(worst, max_len),
-                    check.available_bytes(worst),
+                    needed,
+                    available,
                     check.v0_capacity_tokens,
                 ),
             )
