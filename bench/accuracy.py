@@ -35,7 +35,10 @@ Rules (applied in this order, all documented in the printed report):
    also when only written in ``other_settings`` — enforce_eager, KV dtype, quantisation, dtype, TP/PP, block
    size, data parallel size and expert parallelism); the rest take the release's defaults, as ``vllm serve``
    would. The GPU is the logged ``total_gpu_memory`` when present (exact), else the catalog entry the name
-   resolves to (with the stated capacity when the case names another memory variant than the entry's).
+   resolves to (with the stated capacity when the case names another memory variant than the entry's). A
+   pipeline over different GPU kinds (``"A + B"``) whose log lists each GPU's ``nvidia-smi`` total gives every
+   stage its own GPU, and ``VLLM_PP_LAYER_PARTITION`` its layers; such a case is judged for its verdict only
+   (nvidia-smi's totals are an upper bound of CUDA's).
 4. **Observed KV tokens.** The logged ``GPU KV cache size``; for V0 logs (and single-group V1 logs ≤0.20)
    that print only blocks, ``blocks × block_size`` — exactly how those releases count capacity.
 5. **Split.** Cases are grouped by (model, engine) so that near-duplicates (the same model and release with
@@ -111,6 +114,10 @@ _UNMODELLED = (
 # replicates attention per DP rank, so each rank's KV budget is planned).
 _DATA_PARALLEL = re.compile(r"(?:-dp|--data-parallel-size|data_parallel_size)[ =](\d+)")
 _EXPERT_PARALLEL = re.compile(r"--enable-expert-parallel\b|enable_expert_parallel=True")
+# ``VLLM_PP_LAYER_PARTITION=16,32``: layers per pipeline stage (``get_pp_indices``).
+_PP_LAYER_PARTITION = re.compile(r"VLLM_PP_LAYER_PARTITION=(\d+(?:,\d+)+)")
+# A log that lists its GPUs as ``nvidia-smi`` does: ``0: NVIDIA GeForce RTX 5070 Ti 16303MiB``.
+_LISTED_GPU = re.compile(r"^\s*(\d+): (NVIDIA [^\n]*?) (\d+)MiB\s*$", re.MULTILINE)
 
 
 # --- loading -------------------------------------------------------------------------------------------------
@@ -321,6 +328,43 @@ def resolve_case_gpu(snapshot: CatalogSnapshot, case: dict[str, Any]) -> tuple[G
     return found.spec, f"{how}: {found.name}"
 
 
+def resolve_stage_gpus(snapshot: CatalogSnapshot, case: dict[str, Any]) -> tuple[GpuSpec, ...] | None:
+    """One GPU per pipeline stage for a run over different GPU kinds (``"gpu": "A + B"``) whose log lists every
+    GPU with its ``nvidia-smi`` total: stage ``s`` runs on GPUs ``s × TP …``, each the catalog entry its name
+    resolves to (for its compute capability) or a bare spec, with the listed total (nvidia-smi's, an upper bound
+    of what CUDA reports). None when the GPUs are one kind, are not all listed, or a stage mixes kinds."""
+    if " + " not in str(case.get("gpu") or ""):
+        return None
+    listed = sorted(
+        (int(i), name.strip(), int(mib)) for i, name, mib in _LISTED_GPU.findall(case.get("excerpt") or "")
+    )
+    tp = int(case.get("tensor_parallel_size") or 1)
+    pp = int(case.get("pipeline_parallel_size") or 1)
+    if pp < 2 or len(listed) != tp * pp:
+        return None
+    stages: list[GpuSpec] = []
+    for stage in range(pp):
+        ranks = listed[stage * tp : (stage + 1) * tp]
+        if len({(name, mib) for _i, name, mib in ranks}) != 1:
+            return None
+        _index, name, mib = ranks[0]
+        found, _how = resolve_case_gpu(snapshot, {"gpu": name})
+        base = found or GpuSpec(name=name, memory_bytes=1)
+        stages.append(replace(base, name=name, memory_bytes=mib * 2**20))
+    return tuple(stages)
+
+
+def case_gpus(
+    snapshot: CatalogSnapshot, case: dict[str, Any]
+) -> tuple[GpuSpec | None, tuple[GpuSpec, ...] | None]:
+    """(the GPU, one GPU per pipeline stage when the stages differ): rule 3 of the module docstring."""
+    gpu, _how = resolve_case_gpu(snapshot, case)
+    if gpu is not None:
+        return gpu, None
+    stages = resolve_stage_gpus(snapshot, case)
+    return (stages[0], stages) if stages else (None, None)
+
+
 def _quantization(text: str | None) -> str | None:
     if not text:
         return None
@@ -361,7 +405,12 @@ def _consistency_gap(case: dict[str, Any], engine: str | None) -> float | None:
 
 
 def build_request(
-    case: dict[str, Any], model: ModelSpec, catalog_quantization: str | None, gpu: GpuSpec, engine: str
+    case: dict[str, Any],
+    model: ModelSpec,
+    catalog_quantization: str | None,
+    gpu: GpuSpec,
+    engine: str,
+    stage_gpus: tuple[GpuSpec, ...] | None = None,
 ) -> PlanRequest:
     """Every logged setting passed (rule 3); the rest take the release's defaults."""
     mns = _setting(case, "max_num_seqs", r"max[-_]num[-_]seqs[ =](\d+)")
@@ -370,6 +419,7 @@ def build_request(
     launch = f"{case.get('excerpt') or ''} {case.get('other_settings') or ''}"
     dp = _DATA_PARALLEL.search(launch)
     ep = _EXPERT_PARALLEL.search(launch) is not None
+    partition = _PP_LAYER_PARTITION.search(launch)
     features = (
         ServingFeatures(data_parallel_size=int(dp.group(1)) if dp else 1, enable_expert_parallel=ep)
         if dp or ep
@@ -381,6 +431,10 @@ def build_request(
         engine=engine,
         tensor_parallel_size=int(case.get("tensor_parallel_size") or 1),
         pipeline_parallel_size=int(case.get("pipeline_parallel_size") or 1),
+        pipeline_layer_partition=(
+            tuple(int(n) for n in partition.group(1).split(",")) if partition else None
+        ),
+        pipeline_stage_gpus=stage_gpus,
         max_model_len=case.get("max_model_len"),
         kv_cache_dtype=_kv_dtype(case.get("kv_cache_dtype")),
         quantization=quant,
@@ -418,9 +472,12 @@ def prepare_case(case: dict[str, Any], snapshot: CatalogSnapshot) -> Prepared:
     match = resolve_case_model(snapshot, model_ref)
     if match is None:
         reasons.append("model not in the built-in catalog")
-    gpu, _gpu_how = resolve_case_gpu(snapshot, case)
+    gpu, stage_gpus = case_gpus(snapshot, case)
     if gpu is None:
         reasons.append("GPU not resolvable")
+    if stage_gpus is not None:
+        # nvidia-smi's totals exceed what CUDA reports, and GPUs outside the catalog carry no measured total.
+        reasons.append("stages on different GPU kinds sized from nvidia-smi totals: verdict only")
     gap = _consistency_gap(case, engine)
     if gap is not None and gap > CONSISTENCY_TOLERANCE_GIB:
         reasons.append(f"internally inconsistent (numbers miss vLLM's formula by {gap:.2f} GiB)")
@@ -434,7 +491,7 @@ def prepare_case(case: dict[str, Any], snapshot: CatalogSnapshot) -> Prepared:
 
     request: PlanRequest | None = None
     if match is not None and gpu is not None and engine is not None:
-        request = build_request(case, match.model.spec, match.quantization, gpu, engine)
+        request = build_request(case, match.model.spec, match.quantization, gpu, engine, stage_gpus)
     observed = Observed(
         tokens=case.get("kv_cache_tokens"),
         tokens_derived=False,
@@ -1058,7 +1115,7 @@ def judge_start(case: dict[str, Any], snapshot: CatalogSnapshot) -> StartVerdict
         return StartVerdict(int(case["id"]), started, logged, "< 0.5", None, "", "", why)
     model_ref = str(case.get("model") or "")
     match = resolve_case_model(snapshot, model_ref)
-    gpu, _how = resolve_case_gpu(snapshot, case)
+    gpu, stage_gpus = case_gpus(snapshot, case)
     flags = f"{case.get('excerpt') or ''} {case.get('other_settings') or ''}"
     unmodelled = [why for flag, why in _UNMODELLED if flag in flags and f"without {flag}" not in flags]
     why = "; ".join(
@@ -1076,7 +1133,7 @@ def judge_start(case: dict[str, Any], snapshot: CatalogSnapshot) -> StartVerdict
     )
     if match is None or gpu is None or unmodelled:
         return StartVerdict(int(case["id"]), started, logged, engine, None, "", "", why)
-    request = build_request(case, match.model.spec, match.quantization, gpu, engine)
+    request = build_request(case, match.model.spec, match.quantization, gpu, engine, stage_gpus)
     try:
         result = plan(request)
     except InvalidSpec as exc:  # refused while parsing the arguments: a failed start too

@@ -148,11 +148,14 @@ class WeightShare:
         return self.embedding_bytes + self.lm_head_bytes + self.linear_bytes + self.replicated_bytes
 
 
-def pipeline_partition(num_layers: int, pipeline_parallel_size: int) -> list[tuple[int, int]]:
+def pipeline_partition(
+    num_layers: int, pipeline_parallel_size: int, layers_per_stage: tuple[int, ...] | None = None
+) -> list[tuple[int, int]]:
     """Layer ranges per stage (``vllm/distributed/utils.py::get_pp_indices``).
 
     Layers are split evenly; the remainder goes to the stages before the last (the last one also runs the
-    LM head): 30 layers on 4 stages → 7, 8, 8, 7.
+    LM head): 30 layers on 4 stages → 7, 8, 8, 7. ``layers_per_stage`` is ``VLLM_PP_LAYER_PARTITION``
+    ("16,32"), taken as given once it names one count per stage and the counts add up to the model's layers.
     """
     if pipeline_parallel_size < 1:
         raise InvalidSpec("must be ≥ 1", field="pipeline_parallel_size")
@@ -161,11 +164,26 @@ def pipeline_partition(num_layers: int, pipeline_parallel_size: int) -> list[tup
             f"({pipeline_parallel_size}) exceeds the model's {num_layers} layers",
             field="pipeline_parallel_size",
         )
-    per = num_layers // pipeline_parallel_size
-    sizes = [per] * pipeline_parallel_size
-    remaining = num_layers % pipeline_parallel_size
-    for i in range(2, remaining + 2):
-        sizes[-i] += 1
+    if layers_per_stage is not None:
+        sizes = list(layers_per_stage)
+        if len(sizes) != pipeline_parallel_size:
+            raise InvalidSpec(
+                f"len(partitions)={len(sizes)} does not match pp_size={pipeline_parallel_size}.",
+                field="pipeline_layer_partition",
+            )
+        if sum(sizes) != num_layers:
+            raise InvalidSpec(
+                f"sum(partitions)={sum(sizes)} does not match num_hidden_layers={num_layers}.",
+                field="pipeline_layer_partition",
+            )
+        if min(sizes) < 1:
+            raise InvalidSpec("every stage needs at least one layer", field="pipeline_layer_partition")
+    else:
+        per = num_layers // pipeline_parallel_size
+        sizes = [per] * pipeline_parallel_size
+        remaining = num_layers % pipeline_parallel_size
+        for i in range(2, remaining + 2):
+            sizes[-i] += 1
     ranges, start = [], 0
     for size in sizes:
         ranges.append((start, start + size))
@@ -183,11 +201,13 @@ def weight_shares(
     dtype: str | None = None,
     compute_capability: str | None = None,
     runtime_buffers: bool = True,
+    layer_partition: tuple[int, ...] | None = None,
 ) -> tuple[WeightShare, ...]:
     """Bytes of weights one GPU holds, per pipeline stage (see module docstring).
 
     ``compute_capability`` picks the MXFP4 expert layout of the kernel backend vLLM uses on that GPU;
-    ``runtime_buffers`` adds vLLM's RoPE caches (off for the ``ideal`` arithmetic, which has no runtime).
+    ``runtime_buffers`` adds vLLM's RoPE caches (off for the ``ideal`` arithmetic, which has no runtime);
+    ``layer_partition`` is ``VLLM_PP_LAYER_PARTITION`` (``pipeline_partition``).
     """
     tp = tensor_parallel_size
     elem = MODEL_DTYPE_BYTES[normalize_model_dtype(dtype or model.torch_dtype)]
@@ -229,7 +249,7 @@ def weight_shares(
         )
 
     shares = []
-    ranges = pipeline_partition(layers, pipeline_parallel_size)
+    ranges = pipeline_partition(layers, pipeline_parallel_size, layer_partition)
     last = len(ranges) - 1
     for stage, (start, end) in enumerate(ranges):
         fraction = (end - start) / layers

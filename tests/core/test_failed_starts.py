@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -25,11 +26,13 @@ from bench.accuracy import (
     start_counts,
 )
 from service.catalog.builtin import builtin_snapshot
+from service.core.errors import InvalidSpec
 from service.core.hf_config import parse_hf_config
 from service.core.planner import PlanRequest, plan
 from service.core.planner.features import ServingFeatures
 from service.core.planner.settings import over_derived_message
 from service.core.specs import GpuSpec
+from service.core.weights import pipeline_partition
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PUBLIC = json.loads((DATA / "vllm-startup-cases-public.json").read_text())
@@ -297,6 +300,53 @@ def test_pipeline_refusal_measures_the_whole_model_in_0_14_to_0_16(engine: str, 
             "To serve at least one request with the models's max seq len (262144), (24.00 GiB KV cache is "
             "needed, which is larger than the available KV cache memory (16.00 GiB)."
         )
+
+
+def test_a_pipeline_over_two_gpu_kinds_is_judged_stage_by_stage() -> None:
+    # Case 2037 (vLLM 0.15.2, RTX 5070 Ti 16303 MiB + RTX 5090 D 32607 MiB, VLLM_PP_LAYER_PARTITION=16,32): each
+    # stage sized on its own GPU with its own layers, then refused over the whole model's 24 GiB.
+    by_id = {v.case_id: v for v in VERDICTS}
+    verdict = by_id[2037]
+    assert verdict.fits is False and verdict.predicted_class == "one_request_does_not_fit"
+    assert "(24.00 GiB KV cache is needed" in verdict.predicted_text
+
+
+def test_vllm_pp_layer_partition_sets_the_stages_layers_in_vllms_words() -> None:
+    # vllm/distributed/utils.py::get_pp_indices (0.15.1): the counts as given, one per stage, summing to the layers.
+    assert pipeline_partition(48, 2, (16, 32)) == [(0, 16), (16, 48)]
+    assert pipeline_partition(48, 2) == [(0, 24), (24, 48)]
+    with pytest.raises(InvalidSpec, match=r"len\(partitions\)=3 does not match pp_size=2\."):
+        pipeline_partition(48, 2, (16, 16, 16))
+    with pytest.raises(InvalidSpec, match=r"sum\(partitions\)=40 does not match num_hidden_layers=48\."):
+        pipeline_partition(48, 2, (8, 32))
+
+
+def test_each_pipeline_stage_is_budgeted_on_its_own_gpu() -> None:
+    # gpu_worker.determine_available_memory: requested_memory = the worker's own device total × utilisation
+    # (ceil from 0.15). Same layers, weights and overheads on stage 0; only its GPU's size changes.
+    snapshot = builtin_snapshot()
+    model = snapshot.models["qwen3-coder-30b-a3b"].spec
+    small, large = (
+        GpuSpec(name=f"{n} GiB", memory_bytes=n * 2**30, compute_capability="12.0") for n in (16, 32)
+    )
+    base = PlanRequest(
+        model=model,
+        gpu=small,
+        engine="vllm-0.19",
+        pipeline_parallel_size=2,
+        pipeline_layer_partition=(16, 32),
+        quantization="fp8",
+        max_model_len=4096,
+        suggest=False,
+    )
+    mixed = plan(replace(base, pipeline_stage_gpus=(small, large)))
+    both_large = plan(replace(base, gpu=large, pipeline_stage_gpus=(large, large)))
+    stage0 = mixed.stages[0].kv_cache_bytes, both_large.stages[0].kv_cache_bytes
+    assert stage0[1] - stage0[0] == math.ceil(32 * 2**30 * 0.9) - math.ceil(16 * 2**30 * 0.9)
+    assert mixed.stages[1].kv_cache_bytes == both_large.stages[1].kv_cache_bytes
+    assert [s.layers for s in mixed.stages] == [(0, 16), (16, 48)]
+    with pytest.raises(InvalidSpec, match="names 1 GPUs for 2 pipeline stages"):
+        plan(replace(base, pipeline_stage_gpus=(small,)))
 
 
 def test_refusals_older_than_the_oldest_modelled_release_are_not_judged() -> None:

@@ -6,7 +6,9 @@ Per pipeline stage (one GPU of it)::
     available = budget − weights − activation peak − non-torch − CUDA graphs (0.20+)
 
 or exactly ``--kv-cache-memory-bytes`` when given (vLLM then skips profiling). The overhead terms are estimates
-with a band (``service.core.overheads``), so ``available`` comes with a low and a high end.
+with a band (``service.core.overheads``), so ``available`` comes with a low and a high end. Every worker
+profiles its own device (``gpu_worker.determine_available_memory``: ``requested_memory`` is that device's total ×
+utilisation), so stages on different GPUs each get their own GPU's budget.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def stage_weights(settings: Settings) -> tuple[WeightShare, ...]:
             dtype=settings.dtype,
             compute_capability=gpu.compute_capability if gpu else None,
             runtime_buffers=settings.engine.overheads,
+            layer_partition=settings.layer_partition,
         )
     )
 
@@ -41,6 +44,8 @@ class StageMemory(NamedTuple):
 
     stage: int
     layers: tuple[int, int]  # [start, end)
+    total_bytes: int  # this stage's GPU
+    budget_bytes: float
     weights_bytes: int
     overheads: Overheads
     available_bytes: int
@@ -49,7 +54,7 @@ class StageMemory(NamedTuple):
 
 
 class MemoryBudget(NamedTuple):
-    total_bytes: int  # the GPU's memory (0 without a GPU)
+    total_bytes: int  # the (first stage's) GPU's memory (0 without a GPU)
     budget_bytes: float  # total × utilisation: an int from 0.15 (ceil), the float before
     stages: tuple[StageMemory, ...]
 
@@ -66,15 +71,16 @@ def memory_budget(
     offload, experts over DP) each stage's weights, ``extra_activation`` what the first stage's profile run adds
     (the multimodal encoder's dummy batch) (``features.feature_costs``)."""
     engine, gpu = settings.engine, settings.gpu
-    total = gpu.memory_bytes if gpu else 0
     util = settings.gpu_memory_utilization
-    budget = math.ceil(total * util) if engine.ceil_requested else total * util
+    totals = [g.memory_bytes for g in settings.stage_gpus] if settings.stage_gpus else None
     blackwell = is_datacenter_blackwell(gpu)
     nvls = gpu is not None and nvls_fabric(
         gpu.compute_capability, gpu.interconnect_bandwidth_bytes_per_second
     )
     stages: list[StageMemory] = []
     for share in shares:
+        total = totals[share.stage] if totals else (gpu.memory_bytes if gpu else 0)
+        budget = math.ceil(total * util) if engine.ceil_requested else total * util
         weights = share.total_bytes + (weight_delta[share.stage] if weight_delta else 0)
         overheads = estimate_overheads(
             settings.model,
@@ -106,6 +112,8 @@ def memory_budget(
             StageMemory(
                 stage=share.stage,
                 layers=share.layers,
+                total_bytes=total,
+                budget_bytes=budget,
                 weights_bytes=weights,
                 overheads=overheads,
                 available_bytes=available,
@@ -113,7 +121,9 @@ def memory_budget(
                 available_high_bytes=high,
             )
         )
-    return MemoryBudget(total_bytes=total, budget_bytes=budget, stages=tuple(stages))
+    return MemoryBudget(
+        total_bytes=stages[0].total_bytes, budget_bytes=stages[0].budget_bytes, stages=tuple(stages)
+    )
 
 
 def _with_encoder_profile(overheads: Overheads, extra: int) -> Overheads:

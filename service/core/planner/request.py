@@ -27,6 +27,10 @@ class PlanRequest:
     engine: str | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    pipeline_layer_partition: tuple[int, ...] | None = None  # VLLM_PP_LAYER_PARTITION: layers per stage
+    # One GPU per pipeline stage when the stages run on different GPUs (each stage's budget is its GPU's
+    # total × utilisation); ``gpu`` is then the first stage's, whose capability the release's checks read.
+    pipeline_stage_gpus: tuple[GpuSpec, ...] | None = None
     max_model_len: int | None = None
     max_model_len_auto: bool = False
     kv_cache_dtype: str | None = None

@@ -41,6 +41,8 @@ class Settings(NamedTuple):
     device: str
     tensor_parallel_size: int
     pipeline_parallel_size: int
+    layer_partition: tuple[int, ...] | None  # VLLM_PP_LAYER_PARTITION
+    stage_gpus: tuple[GpuSpec, ...] | None  # one per pipeline stage when they differ
     kv_dtype: KvCacheDtype
     quantization: QuantScheme | None
     dtype: str
@@ -102,6 +104,8 @@ def resolve_settings(request: PlanRequest) -> Settings:
         device=request.device,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
+        layer_partition=request.pipeline_layer_partition,
+        stage_gpus=request.pipeline_stage_gpus,
         kv_dtype=kv_dtype,
         quantization=quant,
         dtype=dtype,
@@ -316,6 +320,15 @@ def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
         raise InvalidSpec("must be ≥ 1", field="tensor_parallel_size")
     if request.pipeline_parallel_size < 1:
         raise InvalidSpec("must be ≥ 1", field="pipeline_parallel_size")
+    stage_gpus = request.pipeline_stage_gpus
+    if stage_gpus is not None:
+        if len(stage_gpus) != request.pipeline_parallel_size:
+            raise InvalidSpec(
+                f"names {len(stage_gpus)} GPUs for {request.pipeline_parallel_size} pipeline stages",
+                field="pipeline_stage_gpus",
+            )
+        if request.gpu is not None and request.gpu != stage_gpus[0]:
+            raise InvalidSpec("gpu must be the first pipeline stage's GPU", field="gpu")
     if request.device not in DEVICES:
         raise InvalidSpec(f"must be one of {', '.join(DEVICES)}", field="device")
     for name in ("mamba_cache_dtype", "mamba_ssm_cache_dtype"):

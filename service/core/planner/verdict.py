@@ -33,18 +33,22 @@ def judge(
     earlier: tuple[Message, ...],
 ) -> Verdict:
     """vLLM's start-up checks; ``fits`` when neither they nor an earlier stage raised an error."""
-    gpu, total, budget = settings.gpu, memory.total_bytes, memory.budget_bytes
-    heaviest, worst = blocks.heaviest, blocks.worst
+    gpu, worst = settings.gpu, blocks.worst
+    # Each stage's weights against its own GPU (one GPU kind: the heaviest stage's against the GPU).
+    over = sorted(
+        (m for m in memory.stages if m.weights_bytes >= m.total_bytes), key=lambda m: -m.weights_bytes
+    )
+    budget = memory.stages[worst.stage].budget_bytes
     kv_bytes = settings.kv_cache_memory_bytes
     messages: list[Message] = []
     if gpu is not None and kv_bytes is None:
-        if heaviest.weights_bytes >= total:
+        if over:
             messages.append(
                 Message(
                     level="error",
                     code="weights_exceed_gpu",
                     text=(
-                        f"Model weights need {gib(heaviest.weights_bytes)} GiB per GPU but the GPU has {gib(total)} GiB: loading fails "
+                        f"Model weights need {gib(over[0].weights_bytes)} GiB per GPU but the GPU has {gib(over[0].total_bytes)} GiB: loading fails "
                         "with CUDA out of memory."
                     ),
                 )
@@ -61,17 +65,22 @@ def judge(
                     ),
                 )
             )
-    elif gpu is not None and kv_bytes is not None and heaviest.weights_bytes + kv_bytes > total:
-        messages.append(
-            Message(
-                level="error",
-                code="kv_bytes_exceed_gpu",
-                text=(
-                    f"weights ({gib(heaviest.weights_bytes)} GiB) + kv_cache_memory_bytes ({gib(kv_bytes)} GiB) exceed "
-                    f"the GPU's {gib(total)} GiB"
-                ),
-            )
+    elif gpu is not None and kv_bytes is not None:
+        crowded = sorted(
+            (m for m in memory.stages if m.weights_bytes + kv_bytes > m.total_bytes),
+            key=lambda m: -m.weights_bytes,
         )
+        if crowded:
+            messages.append(
+                Message(
+                    level="error",
+                    code="kv_bytes_exceed_gpu",
+                    text=(
+                        f"weights ({gib(crowded[0].weights_bytes)} GiB) + kv_cache_memory_bytes ({gib(kv_bytes)} GiB) exceed "
+                        f"the GPU's {gib(crowded[0].total_bytes)} GiB"
+                    ),
+                )
+            )
     n_blocks = blocks.num_gpu_blocks
     if n_blocks <= 0 and not any(m.code in ("weights_exceed_gpu", "no_memory_for_blocks") for m in messages):
         messages.append(
