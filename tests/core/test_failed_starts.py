@@ -347,6 +347,8 @@ def test_each_pipeline_stage_is_budgeted_on_its_own_gpu() -> None:
     assert [s.layers for s in mixed.stages] == [(0, 16), (16, 48)]
     with pytest.raises(InvalidSpec, match="names 1 GPUs for 2 pipeline stages"):
         plan(replace(base, pipeline_stage_gpus=(small,)))
+    with pytest.raises(InvalidSpec, match="first pipeline stage's GPU"):
+        plan(replace(base, pipeline_stage_gpus=(large, small)))
 
 
 def test_refusals_older_than_the_oldest_modelled_release_are_not_judged() -> None:

@@ -66,6 +66,29 @@ def test_a_patch_release_is_kept_only_where_the_rules_change_inside_the_line() -
 
 
 @pytest.mark.parametrize(
+    ("engine", "per_layer", "first_group", "whole_model"),
+    [
+        # vllm/v1/core/kv_cache_utils.py: 0.13.0 check_enough_kv_cache_memory sums max_memory_usage_bytes over
+        # each worker's layer specs; 0.14.0 _max_memory_usage_bytes_from_groups over the merged specs against
+        # min(available_memory); 0.17.0 projects the groups onto each worker again.
+        ("vllm-0.12", True, False, False),
+        ("vllm-0.13", True, False, False),
+        ("vllm-0.14", False, True, True),
+        ("vllm-0.16", False, True, True),
+        ("vllm-0.17", False, True, False),
+        ("vllm-0.19", False, False, False),
+    ],
+)
+def test_the_one_request_check_follows_the_release(
+    engine: str, per_layer: bool, first_group: bool, whole_model: bool
+) -> None:
+    profile = resolve_engine(engine)
+    assert profile.refusal_per_layer is per_layer
+    assert profile.refusal_counts_first_group_only is first_group
+    assert profile.refusal_over_whole_model is whole_model
+
+
+@pytest.mark.parametrize(
     ("engine", "per_token", "block"),
     [
         # ModelConfig.get_head_size of 0.5.1 / 0.6.6.post1: deepseek_v2 → 256 (192 padded for FlashAttention);
