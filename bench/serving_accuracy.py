@@ -11,7 +11,8 @@ How a case becomes a simulation:
   ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``enforce_eager`` and
   ``async_scheduling`` (``--async-scheduling``) as given; the
   engine profile the data names. When the source logged its KV-cache size, the block count is taken from it
-  (``num_gpu_blocks_override`` = logged tokens ÷ block size) so the scheduler sees the real pool.
+  (``num_gpu_blocks_override`` = logged tokens ÷ block size) so the scheduler sees the real pool. When its
+  start-up log says the GPUs lack P2P (``gpu_peer_to_peer: false``), the simulation is told so.
 * **Workload.** ``random`` as given (seed 0). ``sharegpt``: kvcap's ShareGPT V3 length table, rescaled so the
   mean prompt and output lengths equal the ones the case reports (total tokens ÷ completed), because small
   ShareGPT runs (10–320 prompts) have means far from the dataset's.
@@ -58,6 +59,7 @@ class PreparedCase:
     split: str
     source_group: str = ""
     across_pods: bool = False  # TP GPUs in different pods joined by Ray (the data's notes say so)
+    gpu_peer_to_peer: bool = True  # False where the source's start-up log says the GPUs lack P2P
     request: PlanRequest
     benchmark: BenchmarkSpec
     measured: dict[str, float]
@@ -169,6 +171,7 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
         source_group=str(case.get("source_group") or case["id"]),
         across_pods="joined by Ray" in (case.get("notes") or "")
         or "through Ray" in (case.get("notes") or ""),
+        gpu_peer_to_peer=case.get("gpu_peer_to_peer") is not False,
         request=request,
         benchmark=spec,
         measured=measured,
@@ -191,7 +194,12 @@ def prepare_all(cases: Iterable[dict[str, Any]]) -> tuple[list[PreparedCase], li
 def run_case(case: PreparedCase, coefficients: StepCoefficients) -> CaseOutcome:
     v0 = resolve_engine(case.request.engine).v0
     try:
-        sim = simulate(case.request, case.benchmark, coefficients=coefficients)
+        sim = simulate(
+            case.request,
+            case.benchmark,
+            coefficients=coefficients,
+            gpu_peer_to_peer=case.gpu_peer_to_peer,
+        )
     except InvalidSpec:
         return CaseOutcome(
             case_id=case.case_id, split=case.split, predicted={}, measured=case.measured, v0=v0

@@ -161,7 +161,7 @@ def _outcomes(trace: EngineTrace) -> tuple[RequestOutcome, ...]:
 
 
 def _assumptions(
-    plan: CapacityPlan, benchmark: BenchmarkSpec, coefficients: StepCoefficients
+    plan: CapacityPlan, benchmark: BenchmarkSpec, coefficients: StepCoefficients, *, gpu_peer_to_peer: bool
 ) -> tuple[str, ...]:
     s = plan.settings
     scheduler = (
@@ -182,6 +182,8 @@ def _assumptions(
         if s.async_scheduling
         else "synchronous scheduling: CPU work adds to every step",
     ]
+    if s.tensor_parallel_size > 1 and not gpu_peer_to_peer:
+        lines.append("no GPU P2P: NCCL all-reduces go through host shared memory, custom all-reduce is off")
     if s.pipeline_parallel_size > 1:
         lines.append("pipeline stages run one after another (no micro-batch overlap): a conservative bound")
     if benchmark.dataset_name == "sharegpt":
@@ -204,10 +206,15 @@ class Replica:
     step_model: StepTimeModel
     scheduler_config: SchedulerConfig
     step_parts: dict[tuple[int, int, float, int], tuple[float, float]]
+    gpu_peer_to_peer: bool = True  # False: the TP GPUs have no P2P path (``simulate``'s docstring)
 
 
 def prepare_replica(
-    request: PlanRequest, *, plan: CapacityPlan | None = None, coefficients: StepCoefficients | None = None
+    request: PlanRequest,
+    *,
+    plan: CapacityPlan | None = None,
+    coefficients: StepCoefficients | None = None,
+    gpu_peer_to_peer: bool = True,
 ) -> Replica:
     """The replica ``simulate`` runs benchmarks against; refused (``InvalidSpec``) where vLLM would not
     start or a step cannot be timed."""
@@ -221,7 +228,11 @@ def prepare_replica(
     settings = plan.settings
     profile = resolve_engine(settings.engine)
     step_model = StepTimeModel.build(
-        model=request.model, gpu=request.gpu, plan=plan, coefficients=coefficients
+        model=request.model,
+        gpu=request.gpu,
+        plan=plan,
+        coefficients=coefficients,
+        gpu_peer_to_peer=gpu_peer_to_peer,
     )
     config = SchedulerConfig(
         max_num_seqs=settings.max_num_seqs,
@@ -240,6 +251,7 @@ def prepare_replica(
         step_model=step_model,
         scheduler_config=config,
         step_parts={},
+        gpu_peer_to_peer=gpu_peer_to_peer,
     )
 
 
@@ -271,14 +283,18 @@ def simulate(
     step_by_step: bool = False,
     timeline: bool = True,
     replica: Replica | None = None,
+    gpu_peer_to_peer: bool = True,
 ) -> SimulationResult:
     """Simulate ``vllm bench serve`` with ``benchmark`` against a replica planned from ``request``.
 
-    ``step_by_step`` turns the closed-form decode stretches off (every step simulated on its own): the
-    reference the fast path is tested against. ``timeline=False`` leaves ``SimulationResult.timeline`` empty
-    (for callers that read only the figures, such as rate searches in a sweep). ``replica`` (from
-    ``prepare_replica`` for the same request) saves the preparation when one replica runs many benchmarks;
-    ``plan`` and ``coefficients`` are then the replica's.
+    ``gpu_peer_to_peer=False``: the tensor-parallel GPUs cannot reach each other peer-to-peer (vLLM's start-up
+    log then warns that custom all-reduce is disabled for lack of GPU P2P), so NCCL's all-reduces go through
+    host shared memory (``step_time``'s ``all-reduce`` term). ``step_by_step`` turns the closed-form decode
+    stretches off (every step simulated on its own): the reference the fast path is tested against.
+    ``timeline=False`` leaves ``SimulationResult.timeline`` empty (for callers that read only the figures,
+    such as rate searches in a sweep). ``replica`` (from ``prepare_replica`` for the same request) saves the
+    preparation when one replica runs many benchmarks; ``plan``, ``coefficients`` and ``gpu_peer_to_peer`` are
+    then the replica's.
     """
     if benchmark.num_prompts > limits.max_num_prompts:
         raise InvalidSpec(
@@ -286,7 +302,9 @@ def simulate(
             field="benchmark.num_prompts",
         )
     if replica is None:
-        replica = prepare_replica(request, plan=plan, coefficients=coefficients)
+        replica = prepare_replica(
+            request, plan=plan, coefficients=coefficients, gpu_peer_to_peer=gpu_peer_to_peer
+        )
     plan, coefficients, settings = replica.plan, replica.coefficients, replica.plan.settings
     sim_requests = _sim_requests(benchmark, limits)
     scheduler = Scheduler(replica.scheduler_config)
@@ -326,7 +344,7 @@ def simulate(
         timeline=_timeline(trace.record_rows, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks)
         if timeline
         else (),
-        assumptions=_assumptions(plan, benchmark, coefficients),
+        assumptions=_assumptions(plan, benchmark, coefficients, gpu_peer_to_peer=replica.gpu_peer_to_peer),
         error_band_ratio=ERROR_BAND_RATIO,
         messages=tuple(messages),
         num_preemptions=trace.num_preemptions,

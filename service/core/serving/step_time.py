@@ -24,6 +24,13 @@ heaviest pipeline stage:
                 FLOPs per layer (QKᵀ and PV, causal) and reads its c + q tokens of KV.
 ``all-reduce``  TP: 2 per layer (after attention and after the MLP, ``RowParallelLinear``), ring cost
                 2(n−1)/n × T·hidden·bytes over the link plus a latency floor (``throughput`` constants).
+                GPUs that cannot reach each other peer-to-peer (``gpu_peer_to_peer=False``: no NVLink and no
+                PCIe P2P between them, as in some VMs and containers) lose both fast paths: vLLM disables its
+                custom all-reduce ("Custom allreduce is disabled because your platform lacks GPU P2P
+                capability", ``vllm/distributed/device_communicators/custom_all_reduce.py``, 0.5 – 0.33), and
+                NCCL, finding no P2P path, stages every transfer through host shared memory (its SHM
+                transport). The ring cost is then 2(n−1)/n × T·hidden·bytes at the SHM all-reduce bus
+                bandwidth (``SHM_ALLREDUCE_BUS_BYTES_PER_SECOND``) plus the same latency floor.
 ``kernels``     every kernel a decoder layer runs has a fixed cost besides its bytes and FLOPs (block scheduling,
                 ramp-up and tail, the gap between dependent kernels inside a CUDA graph): t_k per kernel
                 (fitted, ``kernel_floor_seconds``) × the kernels of one layer — 2 fused residual+RMSNorm,
@@ -80,6 +87,12 @@ CUDA_GRAPH_MAX_TOKENS = 512  # CompilationConfig.max_cudagraph_capture_size defa
 EAGER_LAUNCH_SECONDS_PER_LAYER = 14 * 4e-6  # ≈ 14 kernels per decoder layer × ≈ 4 µs launch latency
 PIPELINE_HANDOFF_SECONDS = 30e-6  # one send/recv of the activations between stages (NCCL p2p latency floor)
 DEFAULT_LINK_BYTES_PER_SECOND = 64 * 10**9  # PCIe 5 ×16 when the catalog has no interconnect figure
+# NCCL all-reduce bus bandwidth (nccl-tests ``busbw``) between two GPUs without P2P, through host shared memory:
+# 3.9 GB/s measured with NCCL_P2P_DISABLE=1 on PCIe Gen3 ×16 (NVIDIA/nccl issue #384, "Large performance gap
+# when using SHM"), doubled for the PCIe Gen4 ×16 host link of A100-class GPUs (16 against 8 GT/s per lane; NCCL's
+# topology counts the two links as 24 and 12 GB/s, ``src/graph/topo.cc`` ``kvDictPciGen``). Not derived from
+# any serving case. Gen5 hosts (H100/H200) may reach more; kvcap has no per-GPU host-link figure to scale by.
+SHM_ALLREDUCE_BUS_BYTES_PER_SECOND = 2 * 3.9e9
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,8 +208,15 @@ class StepTimeModel:
 
     @classmethod
     def build(
-        cls, *, model: ModelSpec, gpu: GpuSpec, plan: CapacityPlan, coefficients: StepCoefficients
+        cls,
+        *,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        plan: CapacityPlan,
+        coefficients: StepCoefficients,
+        gpu_peer_to_peer: bool = True,
     ) -> StepTimeModel:
+        """``gpu_peer_to_peer=False``: the TP GPUs have no P2P path (see the module docstring's ``all-reduce``)."""
         settings = plan.settings
         profile = resolve_engine(settings.engine)
         if not gpu.memory_bandwidth_bytes_per_second:
@@ -229,20 +249,13 @@ class StepTimeModel:
         attention_flops = (
             pair_flops_per_head * max(1, model.num_attention_heads // tp) * attention_layers / pp
         )
-        link = gpu.interconnect_bandwidth_bytes_per_second or DEFAULT_LINK_BYTES_PER_SECOND
         act_bytes = 2 if settings.dtype in ("bfloat16", "float16") else 4
         if tp > 1:
             calls = 2 * per_stage_layers
             fixed = calls * ALLREDUCE_LATENCY_SECONDS
-            # Ring all-reduce moves 2(n−1)/n of the message per GPU; one direction of the link (throughput.py).
-            per_token = (
-                calls
-                * 2
-                * (tp - 1)
-                / tp
-                * model.hidden_size
-                * act_bytes
-                / (link / 2 * INTERCONNECT_EFFICIENCY)
+            # Ring all-reduce moves 2(n−1)/n of the message per GPU at the path's bus bandwidth.
+            per_token = calls * 2 * (tp - 1) / tp * model.hidden_size * act_bytes / _allreduce_bus_bandwidth(
+                gpu, peer_to_peer=gpu_peer_to_peer
             )
         else:
             fixed, per_token = 0.0, 0.0
@@ -426,6 +439,15 @@ def _kernels_per_stage(model: ModelSpec, layers: int) -> int:
         moe += SHARED_EXPERT_KERNELS
     dense_layers = min(layers, model.first_k_dense_replace or 0)
     return dense_layers * dense_mlp + (layers - dense_layers) * moe
+
+
+def _allreduce_bus_bandwidth(gpu: GpuSpec, *, peer_to_peer: bool) -> float:
+    """Bytes per second a TP all-reduce's ring moves per GPU: one direction of the GPU link at
+    ``INTERCONNECT_EFFICIENCY`` (``throughput.py``), or NCCL's SHM path through host memory without P2P."""
+    if not peer_to_peer:
+        return SHM_ALLREDUCE_BUS_BYTES_PER_SECOND
+    link = gpu.interconnect_bandwidth_bytes_per_second or DEFAULT_LINK_BYTES_PER_SECOND
+    return link / 2 * INTERCONNECT_EFFICIENCY
 
 
 def _windowed_kv(model: ModelSpec, plan: CapacityPlan) -> tuple[int, int]:
