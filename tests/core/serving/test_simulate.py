@@ -139,6 +139,18 @@ def test_more_concurrency_means_more_throughput_and_slower_tokens() -> None:
     assert results[0].mean_tpot_ms < results[1].mean_tpot_ms < results[2].mean_tpot_ms
 
 
+def test_without_gpu_p2p_tensor_parallel_tokens_are_slower_and_the_assumption_is_stated() -> None:
+    request = _request(tensor_parallel_size=2)
+    spec = BenchmarkSpec(num_prompts=32, random_input_len=512, random_output_len=64)
+    p2p = simulate(request, spec, coefficients=COEFFS)
+    shm = simulate(request, spec, coefficients=COEFFS, gpu_peer_to_peer=False)
+    assert shm.result.mean_tpot_ms > p2p.result.mean_tpot_ms
+    assert shm.result.mean_ttft_ms > p2p.result.mean_ttft_ms
+    assert shm.result.output_throughput < p2p.result.output_throughput
+    assert any("no GPU P2P" in line for line in shm.assumptions)
+    assert not any("no GPU P2P" in line for line in p2p.assumptions)
+
+
 def test_a_shared_prefix_is_computed_once() -> None:
     request = _request()
     spec = BenchmarkSpec(num_prompts=20, random_input_len=100, random_output_len=10, random_prefix_len=512)

@@ -11,6 +11,7 @@ from service.core.errors import InvalidSpec
 from service.core.planner import PlanRequest, plan
 from service.core.serving.step_time import (
     EAGER_LAUNCH_SECONDS_PER_LAYER,
+    SHM_ALLREDUCE_BUS_BYTES_PER_SECOND,
     StepCoefficients,
     StepLoad,
     StepTimeModel,
@@ -183,6 +184,36 @@ def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
     memory2 = tp2.weight_bytes / (3.35e12 * 0.8)
     assert math.isclose(fixed, memory2 + 2 * 32 * per_call + FLOOR, rel_tol=1e-9)
     assert fixed < fixed1
+
+
+def test_without_gpu_p2p_the_all_reduces_run_at_nccls_shared_memory_bandwidth() -> None:
+    # NCCL issue #384: 3.9 GB/s all-reduce bus bandwidth through host memory on PCIe Gen3, ×2 for Gen4.
+    assert SHM_ALLREDUCE_BUS_BYTES_PER_SECOND == 7.8e9
+    p = plan(PlanRequest(model=LLAMA_31_8B, gpu=H100, max_model_len=8192, tensor_parallel_size=2))
+    nvlink = StepTimeModel.build(model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS)
+    shm = StepTimeModel.build(
+        model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS, gpu_peer_to_peer=False
+    )
+    batch = 64
+    message = batch * 4096 * 2  # tokens × hidden × bf16
+    per_call = {
+        "nvlink": ALLREDUCE_LATENCY_SECONDS + message / (900e9 / 2 * INTERCONNECT_EFFICIENCY),
+        "shm": ALLREDUCE_LATENCY_SECONDS + message / 7.8e9,  # 2(n−1)/n = 1 for two GPUs
+    }
+    fixed_nvlink, _ = nvlink.gpu_seconds_parts(_decode(batch, 0))
+    fixed_shm, _ = shm.gpu_seconds_parts(_decode(batch, 0))
+    # Same weights, kernels and dispatch: the steps differ only by 64 all-reduces on the two paths.
+    assert math.isclose(
+        fixed_shm - fixed_nvlink, 2 * 32 * (per_call["shm"] - per_call["nvlink"]), rel_tol=1e-9
+    )
+    assert fixed_shm - fixed_nvlink > 60e-6 * batch  # 64 × 8,192 B / 7.8 GB/s ≈ 67 µs per token
+
+
+def test_without_tensor_parallelism_p2p_changes_nothing() -> None:
+    p = plan(PlanRequest(model=LLAMA_31_8B, gpu=H100, max_model_len=8192))
+    a = StepTimeModel.build(model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS)
+    b = StepTimeModel.build(model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS, gpu_peer_to_peer=False)
+    assert a == b
 
 
 def test_moe_reads_only_the_experts_a_batch_touches() -> None:
