@@ -80,7 +80,9 @@ class EngineProfile:
     refusal_over_whole_model: bool
     message_style: str  # "v0" | "models's" (≤0.21) | "model's" (0.25+)
     # Defaults and checks that moved between releases (read by the planner's stages, never by version number):
-    async_scheduling_default: bool  # async scheduling on by default on GPUs (0.15+)
+    # Async scheduling on by default on GPUs from 0.14 (v0.14.0 release notes, "Breaking Changes": "Async
+    # scheduling is now enabled by default", vllm PR #27614).
+    async_scheduling_default: bool
     in_flight_batches_pp_plus_one: bool  # async scheduling keeps pp + 1 batches in flight (0.30+)
     override_blocks_in_checks: bool  # the length check uses num_gpu_blocks_override's blocks (0.21+)
     usage_context_batch_defaults: bool  # max_num_seqs / max_num_batched_tokens by GPU size (V1 EngineArgs)
@@ -131,6 +133,9 @@ class EngineProfile:
     text_only_skips_encoder: bool = (
         True  # limit_mm_per_prompt all 0 skips the tower (0.10.1+, vllm PR #22299)
     )
+    # 0.14's async-scheduling default "excludes some not-yet-supported configurations: pipeline parallel, CPU
+    # backend, …" (v0.14.0 release notes); async scheduling with PP came later (vllm PR #32359).
+    async_scheduling_default_with_pp: bool = True
 
     @property
     def label(self) -> str:
@@ -278,7 +283,7 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         refusal_per_layer=rules <= (0, 13),
         refusal_over_whole_model=not v0 and (0, 14) <= rules < (0, 17),
         message_style="v0" if v0 else "model's" if _v(rules, (0, 25)) else "models's",
-        async_scheduling_default=_v(rules, (0, 15)),
+        async_scheduling_default=_v(rules, (0, 14)),
         in_flight_batches_pp_plus_one=_v(rules, (0, 30)),
         override_blocks_in_checks=_v(rules, (0, 21)),
         usage_context_batch_defaults=not v0,
@@ -303,6 +308,7 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         kv_offloading_size=_v(rules, (0, 12)),
         draft_model_speculation=_v(rules, (0, 14)),
         text_only_skips_encoder=_v(rules, (0, 10)),
+        async_scheduling_default_with_pp=rules != (0, 14),
     )
 
 

@@ -19,6 +19,7 @@ from service.core.engines import parse_engine, resolve_engine
 from service.core.errors import UnknownEngine
 from service.core.overheads import DEFAULT_COEFFICIENTS
 from service.core.planner import PlanRequest, plan
+from service.core.planner.settings import resolve_settings
 from service.core.specs import GpuSpec, ModelSpec
 from service.core.units import GIB
 from tests.core.model_cards import LLAMA_31_8B
@@ -391,3 +392,26 @@ def test_v0_starts_but_never_schedules_a_prompt_that_eats_its_watermark(
         assert len(warned) == 1
         assert f"never schedules a prompt longer than {longest:,} tokens" in warned[0]
         assert "exceeds the capacity of block_manager" in warned[0]
+
+
+@pytest.mark.parametrize(
+    ("engine", "pp", "expected"),
+    [
+        ("vllm-0.13", 1, False),
+        ("vllm-0.14", 1, True),  # v0.14.0 release notes: "Async scheduling is now enabled by default"
+        ("vllm-0.14", 2, False),  # … "Excludes some not-yet-supported configurations: pipeline parallel, …"
+        ("vllm-0.15", 1, True),
+        ("vllm-0.33", 2, True),
+    ],
+)
+def test_async_scheduling_is_the_default_from_0_14_except_with_pipeline_parallelism_in_0_14(
+    engine: str, pp: int, expected: bool
+) -> None:
+    request = PlanRequest(
+        model=LLAMA_31_8B, gpu=H100, engine=engine, max_model_len=4096, pipeline_parallel_size=pp
+    )
+    assert plan(request).settings.async_scheduling is expected
+    cpu = PlanRequest(
+        model=LLAMA_31_8B, engine=engine, max_model_len=4096, device="cpu", kv_cache_memory_bytes=4 * GIB
+    )
+    assert resolve_settings(cpu).async_scheduling is False  # the CPU backend is excluded in every release

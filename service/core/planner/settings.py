@@ -95,7 +95,11 @@ def resolve_settings(request: PlanRequest) -> Settings:
     async_scheduling = (
         request.async_scheduling
         if request.async_scheduling is not None
-        else (request.device != "cpu" and engine.async_scheduling_default)
+        else (
+            request.device != "cpu"
+            and engine.async_scheduling_default
+            and (pp == 1 or engine.async_scheduling_default_with_pp)
+        )
     )
     return Settings(
         engine=engine,

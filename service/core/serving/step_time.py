@@ -66,7 +66,7 @@ heaviest pipeline stage:
                 so there the 14 × 4 µs per layer are added to the kernel time and d does not apply (its
                 per-op cost is part of the CPU replay's fitted c₀).
 ``cpu``         scheduling, sampling, detokenisation and output processing: c₀ + c₁ × requests in the batch.
-                With async scheduling (vLLM 0.15+ default; ``planner`` resolves it) the CPU work of step n+1
+                With async scheduling (vLLM 0.14+ default; ``planner`` resolves it) the CPU work of step n+1
                 overlaps the GPU work of step n, so a step takes max(GPU, CPU); otherwise GPU + CPU.
 
 The eight fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
