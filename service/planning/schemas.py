@@ -485,6 +485,9 @@ class SimulationRequestBody(PlanRequestBody):
     """Every ``/v1/plans`` field, plus the benchmark to simulate against that replica."""
 
     benchmark: BenchmarkIn = Field(default_factory=BenchmarkIn)
+    # False when the TP GPUs cannot reach each other peer-to-peer (vLLM's start-up log then warns "Custom
+    # allreduce is disabled because your platform lacks GPU P2P capability"): all-reduces via host memory.
+    gpu_peer_to_peer: bool = True
 
 
 class BenchmarkResultOut(BaseModel):

@@ -85,6 +85,9 @@ def simulate_command(
     max_num_seqs: Annotated[int | None, Opt()] = None,
     max_num_batched_tokens: Annotated[int | None, Opt()] = None,
     enforce_eager: Annotated[bool, Opt("--enforce-eager")] = False,
+    no_gpu_p2p: Annotated[
+        bool, Opt("--no-gpu-p2p", help="the TP GPUs lack P2P (vLLM logs: custom allreduce is disabled)")
+    ] = False,
     device: Annotated[str, Opt(help="cuda, rocm or cpu")] = "cuda",
     dataset_name: Annotated[str, Opt(help="random or sharegpt (as vllm bench serve)")] = "random",
     num_prompts: Annotated[int, Opt(help="requests to send")] = 1000,
@@ -135,6 +138,7 @@ def simulate_command(
         "max_num_batched_tokens": max_num_batched_tokens,
         "enforce_eager": enforce_eager,
         "device": device,
+        "gpu_peer_to_peer": not no_gpu_p2p,
         "benchmark": {
             "dataset_name": dataset_name,
             "num_prompts": num_prompts,

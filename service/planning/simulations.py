@@ -191,6 +191,7 @@ def make_simulation(
             plan=replica.plan,
             coefficients=scaled_coefficients(scale),
             limits=limits,
+            gpu_peer_to_peer=body.gpu_peer_to_peer,
         )
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None

@@ -89,3 +89,11 @@ def test_bad_input_exits_2_naming_the_flag_or_field() -> None:
     assert ratio.exit_code == 2 and "benchmark.random_range_ratio" in ratio.output
     gpu = runner.invoke(app, ["simulate", "-m", "llama-3.1-8b"])
     assert gpu.exit_code == 2 and "gpu" in gpu.output
+
+
+def test_no_gpu_p2p_slows_the_tensor_parallel_tokens() -> None:
+    tp2 = [*ARGS, "--tensor-parallel-size", "2", "--max-concurrency", "8", "--json"]
+    p2p = runner.invoke(app, tp2)
+    shm = runner.invoke(app, [*tp2, "--no-gpu-p2p"])
+    assert p2p.exit_code == 0 and shm.exit_code == 0, shm.output
+    assert json.loads(shm.output)["result"]["mean_tpot_ms"] > json.loads(p2p.output)["result"]["mean_tpot_ms"]

@@ -93,6 +93,26 @@ async def test_the_endpoint_answers_what_the_core_simulator_computes(client: htt
     assert response.json()["result"] == pytest.approx(simulate(request, spec).result.as_dict())
 
 
+async def test_gpu_peer_to_peer_false_is_passed_to_the_core_simulator(client: httpx.AsyncClient) -> None:
+    tp2 = {**body(max_concurrency=16), "tensor_parallel_size": 2}
+    p2p = await client.post("/v1/simulations", json=tp2)
+    shm = await client.post("/v1/simulations", json={**tp2, "gpu_peer_to_peer": False})
+    assert p2p.status_code == 200 and shm.status_code == 200, shm.text
+    snapshot = builtin_snapshot()
+    request = build_request(
+        snapshot.models["llama-3.1-8b"].spec,
+        snapshot.gpus["h100-sxm-80gb"].spec,
+        PlanRequestBody.model_validate({**BASE, "tensor_parallel_size": 2}),
+        suggest=False,
+    )
+    spec = BenchmarkSpec(num_prompts=60, random_input_len=512, random_output_len=64, max_concurrency=16)
+    core = simulate(request, spec, gpu_peer_to_peer=False).result.as_dict()
+    assert shm.json()["result"] == pytest.approx(core)
+    assert shm.json()["result"]["mean_tpot_ms"] > p2p.json()["result"]["mean_tpot_ms"]
+    bad = await client.post("/v1/simulations", json={**tp2, "gpu_peer_to_peer": "sometimes"})
+    assert bad.status_code == 422 and "gpu_peer_to_peer" in bad.text
+
+
 async def test_a_seed_makes_the_run_repeatable_and_another_seed_changes_it(client: httpx.AsyncClient) -> None:
     args = {"request_rate": 6, "random_range_ratio": 0.5}
     first = (await client.post("/v1/simulations", json=body(seed=1, **args))).json()["result"]
