@@ -38,8 +38,8 @@ TIMELINE_POINTS = 200
 RESERVE_FULL_SEQUENCE_FROM = (0, 19)
 # ± fraction around predicted throughput/latency: the largest held-back median |error| of ``make accuracy``
 # on the kind of case the coefficients are fitted on (V1, one host: TTFT 22.8 %, TPOT 2.7 %, throughput
-# 4.0 % on 2026-12-02, 76 cases; bench/serving_accuracy.py), rounded up. V0 engines and TP across Ray-joined pods err
-# more (see the README).
+# 4.0 % on 2026-12-02, 76 cases; bench/serving_accuracy.py), rounded up. V0 engines and the TP runs of one author's
+# pods (some without GPU P2P) err more (see the README).
 ERROR_BAND_RATIO = 0.25
 
 
