@@ -11,8 +11,9 @@ Cases of V0 engine profiles are reported by ``make accuracy`` but not fitted: V0
 engine) ran output processing — detokenisation, stop checks, building each request's output — synchronously
 inside the engine loop, a per-request cost V1 moved to the API-server process; one per-request coefficient
 cannot describe both, and the V1 releases are the ones kvcap plans for. Cases whose notes say the tensor-parallel
-GPUs sit in different pods joined by Ray are reported but not fitted either: every step then crosses Ray's
-executor and an inter-pod link the source does not state, a path the model has no term for.
+GPUs sit in different pods joined by Ray are reported but not fitted either: one author's cluster whose link is
+known only where a start-up log shows it (no GPU P2P in the Qwen2-7B runs, ``gpu_peer_to_peer``: the model's
+host-memory all-reduce path) and whose repeated runs were partly served from the prefix cache.
 
 Method: coordinate descent with multiplicative steps — each coefficient in turn is multiplied by (1 ± δ) and a
 change is kept when the loss drops; δ halves after a sweep without improvement, from 0.4 down to 0.05. Each
