@@ -254,8 +254,14 @@ class StepTimeModel:
             calls = 2 * per_stage_layers
             fixed = calls * ALLREDUCE_LATENCY_SECONDS
             # Ring all-reduce moves 2(n−1)/n of the message per GPU at the path's bus bandwidth.
-            per_token = calls * 2 * (tp - 1) / tp * model.hidden_size * act_bytes / _allreduce_bus_bandwidth(
-                gpu, peer_to_peer=gpu_peer_to_peer
+            per_token = (
+                calls
+                * 2
+                * (tp - 1)
+                / tp
+                * model.hidden_size
+                * act_bytes
+                / _allreduce_bus_bandwidth(gpu, peer_to_peer=gpu_peer_to_peer)
             )
         else:
             fixed, per_token = 0.0, 0.0
