@@ -31,6 +31,13 @@ heaviest pipeline stage:
                 NCCL, finding no P2P path, stages every transfer through host shared memory (its SHM
                 transport). The ring cost is then 2(n−1)/n × T·hidden·bytes at the SHM all-reduce bus
                 bandwidth (``SHM_ALLREDUCE_BUS_BYTES_PER_SECOND``) plus the same latency floor.
+``logits``      TP: the LM head is split by vocabulary (``ParallelLMHead``), so every step gathers each
+                scheduled request's logits row across the TP group before sampling
+                (``LogitsProcessor._gather_logits``: an all-gather in V1 — ``Platform.use_all_gather`` — a
+                gather to rank 0 in V0; ``vllm/model_executor/layers/logits_processor.py``): one collective
+                per step of (n−1)/n × requests × vocab × bytes over the same path as the all-reduces. It is
+                paid once per step, on the last pipeline stage. Negligible over NVLink (≈ 0.5 µs per
+                request for a 152k vocabulary), it is a third of a decode step's communication without P2P.
 ``kernels``     every kernel a decoder layer runs has a fixed cost besides its bytes and FLOPs (block scheduling,
                 ramp-up and tail, the gap between dependent kernels inside a CUDA graph): t_k per kernel
                 (fitted, ``kernel_floor_seconds``) × the kernels of one layer — 2 fused residual+RMSNorm,
@@ -194,6 +201,8 @@ class StepTimeModel:
     attention_window_tokens: int  # their window (0: no such layers)
     allreduce_fixed_seconds: float  # per step: 2 × layers/pp × latency (0 without TP)
     allreduce_seconds_per_token: float  # per step and token
+    logits_gather_fixed_seconds: float = 0.0  # TP: one gather of the logits per step (latency floor)
+    logits_gather_seconds_per_request: float = 0.0  # TP: its (n−1)/n × vocab × bytes per scheduled request
     layers_per_stage: int
     pipeline_parallel_size: int
     enforce_eager: bool
@@ -254,17 +263,13 @@ class StepTimeModel:
             calls = 2 * per_stage_layers
             fixed = calls * ALLREDUCE_LATENCY_SECONDS
             # Ring all-reduce moves 2(n−1)/n of the message per GPU at the path's bus bandwidth.
-            per_token = (
-                calls
-                * 2
-                * (tp - 1)
-                / tp
-                * model.hidden_size
-                * act_bytes
-                / _allreduce_bus_bandwidth(gpu, peer_to_peer=gpu_peer_to_peer)
-            )
+            bus = _allreduce_bus_bandwidth(gpu, peer_to_peer=gpu_peer_to_peer)
+            per_token = calls * 2 * (tp - 1) / tp * model.hidden_size * act_bytes / bus
+            logits_fixed = ALLREDUCE_LATENCY_SECONDS
+            logits_per_request = (tp - 1) / tp * model.vocab_size * act_bytes / bus
         else:
             fixed, per_token = 0.0, 0.0
+            logits_fixed, logits_per_request = 0.0, 0.0
         windowed, window = _windowed_kv(model, plan)
         return cls(
             coefficients=coefficients,
@@ -281,6 +286,8 @@ class StepTimeModel:
             attention_window_tokens=window,
             allreduce_fixed_seconds=fixed,
             allreduce_seconds_per_token=per_token,
+            logits_gather_fixed_seconds=logits_fixed,
+            logits_gather_seconds_per_request=logits_per_request,
             layers_per_stage=per_stage_layers,
             pipeline_parallel_size=pp,
             enforce_eager=settings.enforce_eager,
@@ -363,11 +370,17 @@ class StepTimeModel:
         comm = self.allreduce_fixed_seconds + self.allreduce_seconds_per_token * tokens
         kernels = linear + attention + comm + self.kernels_per_stage * c.kernel_floor_seconds
         pp = self.pipeline_parallel_size
+        logits = 0.0
+        if self.logits_gather_seconds_per_request:
+            logits = self.logits_gather_fixed_seconds + self.logits_gather_seconds_per_request * num_requests
         if self.host_synchronous:
             stage = kernels + self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
+            last = stage + logits
         else:
-            stage = max(kernels, self.dispatch_seconds_of(num_tokens, decode_only=prefill_kv_tokens == 0))
-        fixed = pp * stage + (pp - 1) * PIPELINE_HANDOFF_SECONDS
+            dispatch = self.dispatch_seconds_of(num_tokens, decode_only=prefill_kv_tokens == 0)
+            stage = max(kernels, dispatch)
+            last = max(kernels + logits, dispatch)  # the last stage also gathers the logits
+        fixed = (pp - 1) * stage + last + (pp - 1) * PIPELINE_HANDOFF_SECONDS
         per_context_token = pp * (self.kv_bytes_per_token - self.windowed_kv_bytes_per_token) / bandwidth
         return fixed * c.time_scale, per_context_token * c.time_scale
 

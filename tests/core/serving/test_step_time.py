@@ -180,10 +180,41 @@ def test_tensor_parallel_adds_two_ring_all_reduces_per_layer() -> None:
     per_call = ALLREDUCE_LATENCY_SECONDS + 2 * (2 - 1) / 2 * message / (900e9 / 2 * INTERCONNECT_EFFICIENCY)
     fixed, _ = tp2.gpu_seconds_parts(_decode(batch, 0))
     fixed1, _ = tp1.gpu_seconds_parts(_decode(batch, 0))
-    # TP 2 halves the weights per GPU (memory-bound at 64 tokens) and adds 64 all-reduces.
+    # Each of the 64 requests' logits row (128,256 vocab × bf16) is gathered: half of it crosses the link.
+    logits = ALLREDUCE_LATENCY_SECONDS + batch * (2 - 1) / 2 * 128_256 * 2 / (
+        900e9 / 2 * INTERCONNECT_EFFICIENCY
+    )
+    # TP 2 halves the weights per GPU (memory-bound at 64 tokens) and adds 64 all-reduces and the gather.
     memory2 = tp2.weight_bytes / (3.35e12 * 0.8)
-    assert math.isclose(fixed, memory2 + 2 * 32 * per_call + FLOOR, rel_tol=1e-9)
+    assert math.isclose(fixed, memory2 + 2 * 32 * per_call + logits + FLOOR, rel_tol=1e-9)
     assert fixed < fixed1
+
+
+def test_the_logits_gather_is_paid_once_per_step_per_scheduled_request() -> None:
+    # LogitsProcessor._gather_logits: (n − 1)/n × requests × vocab × bytes, once per step, on the last PP stage.
+    for pp in (1, 2):
+        p = plan(
+            PlanRequest(
+                model=LLAMA_31_8B,
+                gpu=H100,
+                max_model_len=8192,
+                tensor_parallel_size=2,
+                pipeline_parallel_size=pp,
+            )
+        )
+        shm = StepTimeModel.build(
+            model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS, gpu_peer_to_peer=False
+        )
+        assert shm.logits_gather_fixed_seconds == ALLREDUCE_LATENCY_SECONDS
+        assert math.isclose(shm.logits_gather_seconds_per_request, 0.5 * 128_256 * 2 / 7.8e9, rel_tol=1e-12)
+        without = replace(shm, logits_gather_fixed_seconds=0.0, logits_gather_seconds_per_request=0.0)
+        for batch in (1, 64):
+            with_gather, _ = shm.gpu_seconds_parts(_decode(batch, 0))
+            bare, _ = without.gpu_seconds_parts(_decode(batch, 0))
+            gather = ALLREDUCE_LATENCY_SECONDS + batch * 0.5 * 128_256 * 2 / 7.8e9
+            assert math.isclose(with_gather - bare, gather, rel_tol=1e-9), (pp, batch)
+    tp1, _ = _model()
+    assert tp1.logits_gather_fixed_seconds == 0 and tp1.logits_gather_seconds_per_request == 0
 
 
 def test_without_gpu_p2p_the_all_reduces_run_at_nccls_shared_memory_bandwidth() -> None:
@@ -202,9 +233,15 @@ def test_without_gpu_p2p_the_all_reduces_run_at_nccls_shared_memory_bandwidth() 
     }
     fixed_nvlink, _ = nvlink.gpu_seconds_parts(_decode(batch, 0))
     fixed_shm, _ = shm.gpu_seconds_parts(_decode(batch, 0))
-    # Same weights, kernels and dispatch: the steps differ only by 64 all-reduces on the two paths.
+    gather = {
+        "nvlink": batch * 0.5 * 128_256 * 2 / (900e9 / 2 * INTERCONNECT_EFFICIENCY),
+        "shm": batch * 0.5 * 128_256 * 2 / 7.8e9,
+    }
+    # Same weights, kernels and dispatch: the steps differ only by 64 all-reduces and one logits gather.
     assert math.isclose(
-        fixed_shm - fixed_nvlink, 2 * 32 * (per_call["shm"] - per_call["nvlink"]), rel_tol=1e-9
+        fixed_shm - fixed_nvlink,
+        2 * 32 * (per_call["shm"] - per_call["nvlink"]) + gather["shm"] - gather["nvlink"],
+        rel_tol=1e-9,
     )
     assert fixed_shm - fixed_nvlink > 60e-6 * batch  # 64 × 8,192 B / 7.8 GB/s ≈ 67 µs per token
 
