@@ -113,7 +113,8 @@ class StepCoefficients:
     terms were added. ``make accuracy`` on the 76 cases: median |error| of output_throughput / mean TPOT / mean
     TTFT 4.9 % / 3.6 % / 22.0 % on those fit cases, 4.0 % / 2.7 % / 22.8 % on the 17 held-back cases of the
     same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods included) 16.4 % / 25.4 % /
-    39.2 % then, 16.2 % / 21.8 % / 33.1 % once the no-P2P all-reduce path came in (same coefficients). η_bw sits at the top of its physical range (0.95), and c₀ and c₁ are barely determined (the loss
+    39.2 % then, 14.9 % / 14.5 % / 33.1 % once the no-P2P all-reduce path and the logits gather came in
+    (same coefficients; the V1 one-host figures did not move). η_bw sits at the top of its physical range (0.95), and c₀ and c₁ are barely determined (the loss
     moves < 0.1 % over c₀ 0.26 – 2 ms once t_k is in): read η_bw, c₀ and t_k together. Each value lies inside
     the physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``). The weight-only (Marlin)
     GEMM curve and the eager launch cost (d / 3 per kernel) came after this fit and were not refitted: a refit
