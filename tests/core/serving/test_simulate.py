@@ -15,6 +15,7 @@ from service.core.serving import (
     StepCoefficients,
     simulate,
 )
+from service.core.serving.simulate import prepare_replica
 from service.core.serving.step_time import StepLoad, StepTimeModel
 from tests.core.model_cards import LLAMA_31_8B
 from tests.core.serving.test_step_time import H100
@@ -149,6 +150,10 @@ def test_without_gpu_p2p_tensor_parallel_tokens_are_slower_and_the_assumption_is
     assert shm.result.output_throughput < p2p.result.output_throughput
     assert any("no GPU P2P" in line for line in shm.assumptions)
     assert not any("no GPU P2P" in line for line in p2p.assumptions)
+    # A prepared replica carries the P2P state: the same run through it gives the same figures.
+    replica = prepare_replica(request, coefficients=COEFFS, gpu_peer_to_peer=False)
+    again = simulate(request, spec, replica=replica)
+    assert again.result == shm.result and again.assumptions == shm.assumptions
 
 
 def test_a_shared_prefix_is_computed_once() -> None:
