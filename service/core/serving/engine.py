@@ -464,6 +464,25 @@ class Engine:
                 per_offset[(-(offset + advance)) % bs] += count
         return per_offset
 
+    def _blocks_started(self, k: int) -> int:
+        """Blocks (per group) the members start over their next ``k`` tokens. A member whose next block
+        starts at step f (0 ≤ f < bs) starts one at f, f + bs, …: with k = q·bs + r that is q + 1 blocks when
+        f < r, else q. The members with f < r are those at offsets s₀, s₀ − 1, …, s₀ − r + 1 (mod bs), where
+        s₀ = (−advance) mod bs — one cyclic slice of ``_by_offset``."""
+        by_offset = self._by_offset
+        bs = len(by_offset)
+        q, r = divmod(k, bs)
+        grown = q * self._members
+        if r:
+            top = (-self._advance) % bs
+            low = top - r + 1
+            grown += (
+                sum(by_offset[low : top + 1])
+                if low >= 0
+                else sum(by_offset[: top + 1]) + sum(by_offset[low:])
+            )
+        return grown
+
     def _advance_cohort(self, k: int, clock: float, *, blocks_taken: bool = False) -> None:
         """The members decode ``k`` more tokens, the last at ``clock``: the blocks they start come from the
         pool (unless ``blocks_taken``: the step took them already), and those whose output is complete
@@ -472,13 +491,7 @@ class Engine:
         bs = len(by_offset)
         advance = self._advance
         if not blocks_taken:
-            grown = 0
-            for offset, count in enumerate(by_offset):
-                if count:
-                    first = (-(offset + advance)) % bs  # the first step whose token starts a block
-                    if first < k:
-                        grown += count * ((k - 1 - first) // bs + 1)
-            self.scheduler.free_blocks -= self.scheduler.config.demand.full_groups * grown
+            self.scheduler.free_blocks -= self.scheduler.config.demand.full_groups * self._blocks_started(k)
         advance += k
         self._advance = advance
         self._cohort_last = clock

@@ -143,3 +143,24 @@ def test_every_option_of_a_sweep_is_simulated_alike(monkeypatch: pytest.MonkeyPa
         return [dataclasses.replace(o, plan=None) for o in found]
 
     assert options(True) == options(False)
+
+
+@pytest.mark.parametrize("block_size", [1, 16, 32])
+def test_blocks_started_counts_each_members_block_starts(block_size: int) -> None:
+    """``Engine._blocks_started`` (a cyclic slice of the per-offset counts) against counting each member's
+    block starts step by step: a member at context c starts a block at each step j < k with (c + j) % bs == 0."""
+    import random
+
+    rng = random.Random(block_size)
+    for _ in range(300):
+        contexts = [rng.randrange(1, 5 * block_size) for _ in range(rng.randrange(0, 12))]
+        advance = rng.randrange(0, 3 * block_size)
+        k = rng.randrange(1, 4 * block_size)
+        engine = Engine.__new__(Engine)
+        engine._advance = advance
+        engine._members = len(contexts)
+        engine._by_offset = [0] * block_size
+        for context in contexts:  # a member joined at ``advance`` with computed == context
+            engine._by_offset[(context - advance) % block_size] += 1
+        expected = sum(1 for c in contexts for j in range(k) if (c + j) % block_size == 0)
+        assert engine._blocks_started(k) == expected
