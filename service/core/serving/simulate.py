@@ -37,10 +37,10 @@ TIMELINE_POINTS = 200
 # First release whose scheduler admits a request only when its whole sequence fits (vLLM PR #37307).
 RESERVE_FULL_SEQUENCE_FROM = (0, 19)
 # ± fraction around predicted throughput/latency: the largest held-back median |error| of ``make accuracy``
-# on the kind of case the coefficients are fitted on (V1, one host: TTFT 22.8 %, TPOT 2.7 %, throughput
-# 4.0 % on 2026-12-02, 76 cases; bench/serving_accuracy.py), rounded up. V0 engines and the TP runs of one author's
+# on the kind of case the coefficients are fitted on (V1, one host: TTFT 26.6 %, TPOT 3.8 %, throughput
+# 4.5 % on 2026-12-02, 86 cases; bench/serving_accuracy.py), rounded up. V0 engines and the TP runs of one author's
 # pods (some without GPU P2P) err more (see the README).
-ERROR_BAND_RATIO = 0.25
+ERROR_BAND_RATIO = 0.30
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
