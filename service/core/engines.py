@@ -28,7 +28,7 @@ last patch release.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
 from service.core.errors import UnknownEngine
@@ -136,6 +136,17 @@ class EngineProfile:
     # 0.14's async-scheduling default "excludes some not-yet-supported configurations: pipeline parallel, CPU
     # backend, …" (v0.14.0 release notes); async scheduling with PP came later (vllm PR #32359).
     async_scheduling_default_with_pp: bool = True
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        # A profile keys the planner's per-configuration stages (``pipeline.fixed_stages``) with the rest of the
+        # settings: hash its fields once instead of on every plan.
+        object.__setattr__(
+            self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def label(self) -> str:

@@ -4,7 +4,7 @@ A plan of a catalog model is a pure function of the request body and of the in-m
 calibrations, so the lane answers from the body's bytes: a body it answered before (same bytes, same catalog
 and calibration generations) is looked up by those bytes; any other is parsed as the route parses it
 (``json.loads``, then ``PlanRequestBody``), planned, and kept in the app's ``PlanCache`` under the route's own
-key, so the lane and the route share their plans. The answer is the route's answer, byte for byte.
+key (``request_key``), so the lane and the route share their plans. The answer is the route's answer, byte for byte.
 
 The lane answers successes only. A body that does not validate, a plan that raises (unknown model, settings
 vLLM refuses), an inline ``config.json`` (planned in a worker thread by the route) — every such request is left
@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.types import Scope
 
-from service.planning.router import PlanCache, plan_bytes
+from service.planning.router import PlanCache, plan_bytes, request_key
 from service.planning.schemas import PlanRequestBody
 
 MAX_REMEMBERED_BODY = 16_384
@@ -56,7 +56,7 @@ class PlanLane:
         if not isinstance(request.model, str):  # an inline config.json: the route plans it off the loop
             return None
         cache: PlanCache | None = getattr(state, "plan_cache", None)
-        key = (request.model_dump_json(), holder.generation, generation)
+        key = (request_key(request), holder.generation, generation)
         answer = cache.get(key) if cache is not None else None
         if answer is None:
             try:

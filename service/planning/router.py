@@ -13,7 +13,7 @@ cache never leaves the loop.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
 from typing import TypeVar
 
@@ -74,7 +74,7 @@ async def create_plan(request: Request, body: PlanRequestBody) -> Response:
     snapshot = holder.snapshot
     calibrations = getattr(request.app.state, "calibrations", None)
     cache: PlanCache | None = getattr(request.app.state, "plan_cache", None)
-    key = (body.model_dump_json(), holder.generation, calibrations.generation if calibrations else 0)
+    key = (request_key(body), holder.generation, calibrations.generation if calibrations else 0)
     cached = cache.get(key) if cache is not None else None
     if cached is None:
         compute = partial(plan_bytes, snapshot, body, calibrations)
@@ -93,8 +93,28 @@ def plan_bytes(
     return make_plan_json(snapshot, body, calibrations)
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def request_key(body: PlanRequestBody) -> Hashable:
+    """The plan cache's name for a validated request: equal for two bodies only when they validate alike.
+
+    A body of plain values (names, numbers and switches, no nested object: an inline model or GPU, a
+    ``speculative_config``, ...) is named by its field values and their types, in field order: ``1`` and
+    ``1.0`` are equal in Python but not in the plan, hence the types, and a float is named by its ``repr``
+    (``-0.0 == 0.0``). Any other body is named by its canonical JSON.
+    """
+    values = tuple(body.__dict__.values())
+    types = tuple(map(type, values))
+    if not _PLAIN.issuperset(types):
+        return body.model_dump_json()
+    if float in types:
+        values = tuple(repr(v) if t is float else v for v, t in zip(values, types, strict=True))
+    return values, types
+
+
 class PlanCache:
-    """The last few hundred plan responses, keyed by the canonical request and the catalog/calibration versions.
+    """The last few hundred plan responses, keyed by ``request_key`` and the catalog/calibration versions.
 
     Repeated requests (pipelines re-checking manifests, dashboards polling) are answered from here; a reloaded
     catalog or new calibrations are new objects with new identities, so their plans are computed afresh.
@@ -102,15 +122,15 @@ class PlanCache:
 
     def __init__(self, capacity: int = 512) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+        self._entries: OrderedDict[tuple[Hashable, int, int], bytes] = OrderedDict()
 
-    def get(self, key: tuple[str, int, int]) -> bytes | None:
+    def get(self, key: tuple[Hashable, int, int]) -> bytes | None:
         value = self._entries.get(key)
         if value is not None:
             self._entries.move_to_end(key)
         return value
 
-    def put(self, key: tuple[str, int, int], value: bytes) -> None:
+    def put(self, key: tuple[Hashable, int, int], value: bytes) -> None:
         self._entries[key] = value
         self._entries.move_to_end(key)
         while len(self._entries) > self.capacity:

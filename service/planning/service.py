@@ -133,15 +133,14 @@ def make_plan_json(
     snapshot: CatalogSnapshot, body: PlanRequestBody, calibrations: CalibrationHolder | None = None
 ) -> bytes:
     """``make_plan(...).model_dump_json()``, the same bytes; an uncalibrated plan (the usual case) is written
-    straight from the core's dataclasses (``PLAN_JSON``) instead of being validated into ``PlanResponse``."""
+    straight from the core's dataclasses (``PLAN_JSON``) instead of being validated into ``PlanResponse``, after
+    the JSON of its model and GPU (``subjects_json``, kept with the names they resolve from)."""
     planned = _plan_for(snapshot, body)
     if calibration_for(planned.key, calibrations, exact=planned.result.exact) is not None:
         response = to_response(planned.result, model=planned.model, gpu=planned.gpu)
         return apply_calibration(response, calibrations, key=planned.key).model_dump_json().encode()
     result = planned.result
     fields: PlanFields = {
-        "model": planned.model,
-        "gpu": planned.gpu,
         "settings": result.settings,
         "kv_cache": result.kv_cache,
         "memory": result.memory,
@@ -153,10 +152,23 @@ def make_plan_json(
         "breakdown": result.breakdown,
         "stages": result.stages,
         "projections": result.projections,
-        "calibration": CalibrationOut(applied=False, key=planned.key),
+        "calibration": Uncalibrated(key=planned.key),
         "features": result.features,
     }
-    return PLAN_JSON.dump_json(fields)
+    rest = PLAN_JSON.dump_json(fields)  # b'{"settings":…}': its brace opens the response before the subjects
+    return b"".join((planned.subjects, b",", rest[1:]))
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Uncalibrated:
+    """``CalibrationOut(applied=False, key=key)`` as a plain record, for ``PLAN_JSON`` (the same fields in the
+    same order, so the same JSON)."""
+
+    applied: bool = False
+    observed_num_gpu_blocks: None = None
+    uncalibrated_num_gpu_blocks: None = None
+    samples: int = 0
+    key: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -165,6 +177,7 @@ class _Planned:
     model: Subject
     gpu: Subject | None
     key: str  # the calibration key
+    subjects: bytes  # ``subjects_json(model, gpu)``
 
 
 _RESOLVED_PER_SNAPSHOT = 1024
@@ -172,9 +185,17 @@ _RESOLVED_PER_SNAPSHOT = 1024
 _RESOLVED: dict[int, tuple[CatalogSnapshot, dict[tuple[str, str | None], Any]]] = {}
 
 
-def _resolved_refs(
-    snapshot: CatalogSnapshot, model: str, gpu: str | None
-) -> tuple[ResolvedModel, tuple[GpuSpec | None, Subject | None]]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Refs:
+    """What a pair of catalog names resolves to, and the JSON of the two subjects."""
+
+    model: ResolvedModel
+    gpu: GpuSpec | None
+    gpu_subject: Subject | None
+    subjects: bytes
+
+
+def _resolved_refs(snapshot: CatalogSnapshot, model: str, gpu: str | None) -> _Refs:
     """``resolve_model_ref`` and ``resolve_gpu_ref`` of catalog names, once per snapshot and pair of names.
 
     A snapshot is immutable and replaced whole on reload, so what its names resolve to is kept with it (under
@@ -187,23 +208,27 @@ def _resolved_refs(
             _RESOLVED.clear()
         cached = _RESOLVED[id(snapshot)] = (snapshot, {})
     known = cached[1]
-    found: tuple[ResolvedModel, tuple[GpuSpec | None, Subject | None]] | None = known.get((model, gpu))
+    found: _Refs | None = known.get((model, gpu))
     if found is None:
-        found = (resolve_model_ref(snapshot, model), resolve_gpu_ref(snapshot, gpu))
+        found = _refs(resolve_model_ref(snapshot, model), resolve_gpu_ref(snapshot, gpu))
         if len(known) < _RESOLVED_PER_SNAPSHOT:
             known[(model, gpu)] = found
     return found
 
 
+def _refs(model: ResolvedModel, gpu: tuple[GpuSpec | None, Subject | None]) -> _Refs:
+    return _Refs(model, gpu[0], gpu[1], subjects_json(model.subject, gpu[1]))
+
+
 def _plan_for(snapshot: CatalogSnapshot, body: PlanRequestBody) -> _Planned:
     if isinstance(body.model, str) and (body.gpu is None or isinstance(body.gpu, str)):
-        resolved, (gpu, gpu_subject) = _resolved_refs(snapshot, body.model, body.gpu)
+        refs = _resolved_refs(snapshot, body.model, body.gpu)
     else:
-        resolved = resolve_model_ref(snapshot, body.model)
-        gpu, gpu_subject = resolve_gpu_ref(snapshot, body.gpu)
+        refs = _refs(resolve_model_ref(snapshot, body.model), resolve_gpu_ref(snapshot, body.gpu))
+    resolved = refs.model
     request = build_request(
         resolved.spec,
-        gpu,
+        refs.gpu,
         body,
         implied_quantization=resolved.implied_quantization,
         snapshot=snapshot,
@@ -214,16 +239,33 @@ def _plan_for(snapshot: CatalogSnapshot, body: PlanRequestBody) -> _Planned:
         result = plan(request)
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None
-    key = calibration_key_of(result, model=resolved.subject, gpu=gpu_subject)
-    return _Planned(result=result, model=resolved.subject, gpu=gpu_subject, key=key)
+    key = calibration_key_of(result, model=resolved.subject, gpu=refs.gpu_subject)
+    return _Planned(
+        result=result, model=resolved.subject, gpu=refs.gpu_subject, key=key, subjects=refs.subjects
+    )
+
+
+@with_config(ConfigDict(defer_build=True))
+class Subjects(TypedDict):
+    """``PlanResponse``'s first two fields."""
+
+    model: Subject
+    gpu: Subject | None
+
+
+SUBJECTS_JSON: TypeAdapter[Subjects] = TypeAdapter(Subjects)
+
+
+def subjects_json(model: Subject, gpu: Subject | None) -> bytes:
+    """``{"model":…,"gpu":…`` as ``PlanResponse`` writes them: the response up to its third field."""
+    return SUBJECTS_JSON.dump_json({"model": model, "gpu": gpu})[:-1]
 
 
 @with_config(ConfigDict(defer_build=True))  # built on the first plan, not when the CLI imports this
 class PlanFields(TypedDict):
-    """``PlanResponse``'s fields in its order, holding the core's result dataclasses (same names, same order)."""
+    """``PlanResponse``'s fields after the subjects, in its order, holding the core's result dataclasses (same
+    names, same order)."""
 
-    model: Subject
-    gpu: Subject | None
     settings: ResolvedSettings
     kv_cache: KvCacheResult
     memory: MemoryResult
@@ -235,10 +277,10 @@ class PlanFields(TypedDict):
     breakdown: tuple[Term, ...]
     stages: tuple[StageResult, ...]
     projections: Projections | None
-    calibration: CalibrationOut | None
+    calibration: Uncalibrated
     features: FeaturesResult | None
 
 
 PLAN_JSON: TypeAdapter[PlanFields] = TypeAdapter(PlanFields)
-"""Writes ``PlanFields`` as ``PlanResponse.model_dump_json`` writes the response (tests/planning/test_lane.py
+"""Writes ``PlanFields`` as ``PlanResponse.model_dump_json`` writes those fields (tests/planning/test_lane.py
 compares the two over the catalog)."""
