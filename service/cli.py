@@ -210,6 +210,12 @@ def plan(
     engine: Annotated[str | None, typer.Option(help="'ideal' or vllm-X.Y (default: newest known)")] = None,
     tensor_parallel_size: Annotated[int, typer.Option("--tensor-parallel-size", "-tp")] = 1,
     pipeline_parallel_size: Annotated[int, typer.Option("--pipeline-parallel-size", "-pp")] = 1,
+    pipeline_layer_partition: Annotated[
+        str | None, typer.Option(help="VLLM_PP_LAYER_PARTITION: layers per stage, e.g. 16,32")
+    ] = None,
+    pipeline_stage_gpus: Annotated[
+        str | None, typer.Option(help="one catalog GPU per pipeline stage, e.g. rtx-4090,rtx-5090")
+    ] = None,
     max_model_len: Annotated[str | None, typer.Option(help="tokens, or 'auto'")] = None,
     kv_cache_dtype: Annotated[str | None, typer.Option()] = None,
     quantization: Annotated[str | None, typer.Option("--quantization", "-q")] = None,
@@ -261,9 +267,17 @@ def plan(
     ] = None,
 ) -> None:
     """Predict vLLM's KV cache for a model on a GPU. Exit 1 when vLLM would not start, 2 for bad input."""
-    from service.planning.cli_args import FlagError, feature_fields, json_object_value
+    from service.planning.cli_args import (
+        FlagError,
+        feature_fields,
+        json_object_value,
+        layer_partition_value,
+        stage_gpus_value,
+    )
 
     try:
+        partition = layer_partition_value(pipeline_layer_partition)
+        stage_gpus = stage_gpus_value(pipeline_stage_gpus)
         features = feature_fields(
             speculative_config=json_object_value("--speculative-config", speculative_config),
             enable_lora=enable_lora,
@@ -292,6 +306,8 @@ def plan(
         engine=engine,
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
+        pipeline_layer_partition=partition,
+        pipeline_stage_gpus=stage_gpus,
         max_model_len=max_model_len,
         kv_cache_dtype=kv_cache_dtype,
         quantization=quantization,

@@ -96,6 +96,8 @@ class PlanOptions:
     engine: str | None = None
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    pipeline_layer_partition: Sequence[int] | None = None
+    pipeline_stage_gpus: Sequence[str] | None = None
     max_model_len: str | None = None
     kv_cache_dtype: str | None = None
     quantization: str | None = None
@@ -136,6 +138,9 @@ def _settings_fields(o: PlanOptions, length: int | str | None) -> dict[str, obje
         "engine": o.engine,
         "tensor_parallel_size": o.tensor_parallel_size,
         "pipeline_parallel_size": o.pipeline_parallel_size,
+        # The per-stage lists are read by the validated path only (``offline.PIPELINE_LIST_FIELDS``).
+        "pipeline_layer_partition": o.pipeline_layer_partition,
+        "pipeline_stage_gpus": o.pipeline_stage_gpus,
         "max_model_len": length,
         "kv_cache_dtype": o.kv_cache_dtype,
         "quantization": o.quantization,

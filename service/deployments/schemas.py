@@ -6,7 +6,15 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from service.api.text import SafeText
 from service.live.schemas import LiveSource
@@ -19,6 +27,8 @@ from service.planning.schemas import (
     RefName,
     Schema,
     WorkloadIn,
+    first_stage_gpu,
+    no_stage_gpus,
 )
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -64,6 +74,13 @@ class DeploymentFields(PlanSettings):
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         return check_labels(value)
+
+    @model_validator(mode="after")
+    def _gpu_defaults_to_the_first_stage(self) -> DeploymentFields:
+        first_stage_gpu(self)
+        if self.workload is not None:  # the workload is sized by the recommendation, over one GPU kind
+            no_stage_gpus(self, "a deployment's workload recommendation")
+        return self
 
 
 class DeploymentCreate(DeploymentFields):

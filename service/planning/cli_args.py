@@ -42,6 +42,29 @@ def max_model_len_value(text: str | None) -> int | str | None:
         raise FlagError(f"--max-model-len must be an integer or 'auto', got {text!r}") from None
 
 
+def layer_partition_value(text: str | None) -> list[int] | None:
+    """``--pipeline-layer-partition``: layers per stage, comma-separated as ``VLLM_PP_LAYER_PARTITION`` is
+    ("16,32"; ``vllm/distributed/utils.py::get_pp_indices`` reads each with ``int``)."""
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise FlagError(
+            f"--pipeline-layer-partition must be layer counts separated by commas, got {text!r}"
+        ) from None
+
+
+def stage_gpus_value(text: str | None) -> list[str] | None:
+    """``--pipeline-stage-gpus``: one catalog GPU per pipeline stage, comma-separated ("rtx-4090,rtx-5090")."""
+    if text is None:
+        return None
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise FlagError(f"--pipeline-stage-gpus must be GPU names separated by commas, got {text!r}")
+    return names
+
+
 def json_object_value(flag: str, text: str | None) -> dict[str, Any] | None:
     """``--speculative-config`` / ``--kv-transfer-config``: a JSON object, as ``vllm serve`` takes them."""
     if text is None:

@@ -66,6 +66,8 @@ FEATURE_FIELDS = (
     "limit_mm_per_prompt",
     "mm_processor_kwargs",
 )
+# The per-stage pipeline lists: catalog names to resolve and lists to check, left to the schemas like the features.
+PIPELINE_LIST_FIELDS = ("pipeline_layer_partition", "pipeline_stage_gpus")
 # Inclusive integer ranges (``service.planning.schemas``: ParallelSize, ContextTokens, ByteCount, Positive, …).
 _INT_RANGES = {
     "tensor_parallel_size": (1, bounds.MAX_PARALLEL_SIZE),
@@ -128,6 +130,8 @@ class PlainSettings:
     shared_prefix_tokens: None = None
     limit_mm_per_prompt: None = None
     mm_processor_kwargs: None = None
+    pipeline_layer_partition: None = None
+    pipeline_stage_gpus: None = None
 
 
 def _valid(name: str, value: object) -> bool:
@@ -155,7 +159,7 @@ def plain_settings(values: Mapping[str, object]) -> PlainSettings | None:
     when the schema has to judge (it may refuse, coerce, or read a serving feature)."""
     fields: dict[str, Any] = {}
     for name, value in values.items():
-        if name in FEATURE_FIELDS:
+        if name in FEATURE_FIELDS or name in PIPELINE_LIST_FIELDS:
             if value is not None:
                 return None
             continue

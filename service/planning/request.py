@@ -139,6 +139,26 @@ def _multimodal(settings: PlanSettings | PlainSettings) -> MultimodalConfig | No
     return MultimodalConfig(limit_mm_per_prompt=tuple(sorted((limits or {}).items())), max_pixels=max_pixels)
 
 
+def pipeline_stage_gpus(
+    settings: PlanSettings | PlainSettings, snapshot: CatalogSnapshot | None
+) -> tuple[GpuSpec, ...] | None:
+    """``pipeline_stage_gpus`` resolved like ``gpu`` (catalog names or inline GPUs); an unknown name is a 422
+    naming its entry (``pipeline_stage_gpus[1]``)."""
+    refs = settings.pipeline_stage_gpus
+    if refs is None:
+        return None
+    from service.catalog.snapshot import CatalogSnapshot
+    from service.planning.service import resolve_gpu_ref  # an inline GPU needs the schemas
+
+    catalog = snapshot if snapshot is not None else CatalogSnapshot.build((), (), source="inline")
+    specs = []
+    for index, ref in enumerate(refs):
+        spec, _ = resolve_gpu_ref(catalog, ref, field=f"pipeline_stage_gpus[{index}]")
+        assert spec is not None  # a reference was given
+        specs.append(spec)
+    return tuple(specs)
+
+
 def build_request(
     model: ModelSpec,
     gpu: GpuSpec | None,
@@ -150,12 +170,16 @@ def build_request(
 ) -> PlanRequest:
     dtype = _DTYPE_ALIASES.get(settings.dtype, settings.dtype) if settings.dtype else None
     auto = settings.max_model_len == "auto"
+    stage_gpus = pipeline_stage_gpus(settings, snapshot)
+    partition = settings.pipeline_layer_partition
     return PlanRequest(
         model=model,
-        gpu=gpu,
+        gpu=gpu if gpu is not None or not stage_gpus else stage_gpus[0],
         engine=settings.engine,
         tensor_parallel_size=settings.tensor_parallel_size,
         pipeline_parallel_size=settings.pipeline_parallel_size,
+        pipeline_layer_partition=tuple(partition) if partition is not None else None,
+        pipeline_stage_gpus=stage_gpus,
         max_model_len=None if auto or settings.max_model_len is None else int(settings.max_model_len),
         max_model_len_auto=auto,
         kv_cache_dtype=settings.kv_cache_dtype,

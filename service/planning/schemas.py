@@ -83,6 +83,24 @@ class PlanSettings(Schema):
 
     tensor_parallel_size: ParallelSize = 1
     pipeline_parallel_size: ParallelSize = 1
+    pipeline_layer_partition: list[Annotated[int, Field(ge=0, le=bounds.MAX_LAYERS)]] | None = Field(
+        default=None,
+        max_length=bounds.MAX_PARALLEL_SIZE,
+        description=(
+            "VLLM_PP_LAYER_PARTITION: layers per pipeline stage, one count per stage, adding up to the "
+            "model's layers (default: get_pp_indices' even split)"
+        ),
+        examples=[[16, 32]],
+    )
+    pipeline_stage_gpus: list[RefName | InlineGpu] | None = Field(
+        default=None,
+        max_length=bounds.MAX_PARALLEL_SIZE,
+        description=(
+            "one GPU per pipeline stage when the stages run on different GPUs (each stage budgeted on its own "
+            "GPU's memory); catalog names or {'memory_bytes': ...}; gpu, when given, must be the first"
+        ),
+        examples=[["rtx-5070-ti", "rtx-5090-d"]],
+    )
     max_model_len: ContextTokens | Literal["auto"] | None = Field(
         default=None, description="tokens; 'auto' fits the largest (0.15+)"
     )
@@ -172,6 +190,27 @@ class PlanRequestBody(PlanSettings):
         default=None, description="with output_tokens: the cache-reuse example"
     )
     output_tokens: ContextTokens | None = None
+
+    @model_validator(mode="after")
+    def _gpu_defaults_to_the_first_stage(self) -> PlanRequestBody:
+        first_stage_gpu(self)
+        return self
+
+
+def first_stage_gpu(body: Any) -> None:
+    """A body with ``pipeline_stage_gpus`` and no ``gpu`` plans on the first stage's GPU (the core reads the
+    release's capability checks from it); a ``gpu`` that is given is checked against it by the core."""
+    if body.gpu is None and body.pipeline_stage_gpus:
+        body.gpu = body.pipeline_stage_gpus[0]
+
+
+def no_stage_gpus(body: PlanSettings, search: str) -> None:
+    """A search that times or prices one GPU kind cannot take a pipeline over several."""
+    if body.pipeline_stage_gpus is not None:
+        raise ValueError(
+            f"pipeline_stage_gpus: {search} times and prices one GPU kind; plan a pipeline over different "
+            "GPUs with /v1/plans"
+        )
 
 
 class KvCacheOut(BaseModel):
@@ -369,6 +408,11 @@ class RecommendRequestBody(PlanSettings):
         description="size replicas with the serving simulator; false: the roofline bound only (optimistic, fast)",
     )
 
+    @model_validator(mode="after")
+    def _one_gpu_kind(self) -> RecommendRequestBody:
+        no_stage_gpus(self, "a recommendation")
+        return self
+
 
 class OptionOut(BaseModel):
     model_config = ConfigDict(defer_build=True)  # built on first use: `kvcap plan` never needs it
@@ -436,6 +480,11 @@ class SweepRequestBody(PlanSettings):
     )
     limit: Annotated[int, Field(ge=1, le=10_000)] = 50
 
+    @model_validator(mode="after")
+    def _one_gpu_kind(self) -> SweepRequestBody:
+        no_stage_gpus(self, "a sweep")
+        return self
+
 
 class SweepOut(BaseModel):
     model_config = ConfigDict(defer_build=True)  # built on first use: `kvcap plan` never needs it
@@ -488,6 +537,11 @@ class SimulationRequestBody(PlanRequestBody):
     # False when the TP GPUs cannot reach each other peer-to-peer (vLLM's start-up log then warns "Custom
     # allreduce is disabled because your platform lacks GPU P2P capability"): all-reduces via host memory.
     gpu_peer_to_peer: bool = True
+
+    @model_validator(mode="after")
+    def _one_gpu_kind(self) -> SimulationRequestBody:
+        no_stage_gpus(self, "the serving simulator")
+        return self
 
 
 class BenchmarkResultOut(BaseModel):
