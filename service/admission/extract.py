@@ -645,6 +645,9 @@ def _serving_from_container(
         )
         data_parallel = 1
     allow_long = env.values.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in _TRUE
+    partition = _layer_partition(env.values.get("VLLM_PP_LAYER_PARTITION"), flags.problems)
+    if partition is not None:
+        flags.values["pipeline_layer_partition"] = partition
     mig = _mig_resources(container)
     if mig:
         notes.append(f"MIG slices ({', '.join(mig)}) are not modelled: kvcap checks whole GPUs only")
@@ -661,6 +664,19 @@ def _serving_from_container(
         problems=tuple(flags.problems),
         notes=tuple(notes),
     )
+
+
+def _layer_partition(text: str | None, problems: list[str]) -> list[int] | None:
+    """``VLLM_PP_LAYER_PARTITION`` as ``vllm/distributed/utils.py::get_pp_indices`` reads it: unset or empty is
+    the even split; otherwise each comma-separated part through ``int`` (anything else: "Invalid partition
+    string", vLLM does not start). The counts are checked against the model's layers by the planner."""
+    if not text:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        problems.append(f"VLLM_PP_LAYER_PARTITION={text!r}: vLLM refuses it (Invalid partition string)")
+        return None
 
 
 def _with_gpus(

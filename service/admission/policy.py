@@ -67,6 +67,7 @@ Outcome = Literal["allowed", "denied", "would_deny", "skipped"]
 _FLAG_NAMES = {
     "tensor_parallel_size": "--tensor-parallel-size",
     "pipeline_parallel_size": "--pipeline-parallel-size",
+    "pipeline_layer_partition": "VLLM_PP_LAYER_PARTITION",
     "max_model_len": "--max-model-len",
     "gpu_memory_utilization": "--gpu-memory-utilization",
     "kv_cache_dtype": "--kv-cache-dtype",

@@ -487,3 +487,13 @@ def test_malformed_promises_are_problems() -> None:
         "kvcap.io/min-concurrency: 'lots' is not a positive number of requests",
         "kvcap.io/context-tokens: '-5' is not a positive number of tokens",
     )
+
+
+@pytest.mark.parametrize(("value", "partition"), [("12,20", [12, 20]), ("", None)])
+def test_vllm_pp_layer_partition_env_is_read_as_get_pp_indices_reads_it(
+    value: str, partition: list[int] | None
+) -> None:
+    env = [{"name": "VLLM_PP_LAYER_PARTITION", "value": value}]
+    serving = only(extract(deployment(args=["m", "-pp", "2"], env=env)))
+    assert serving.flags.get("pipeline_layer_partition") == partition
+    assert not serving.problems

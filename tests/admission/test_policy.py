@@ -483,3 +483,28 @@ def test_slos_without_a_rate_are_a_problem(snapshot: CatalogSnapshot) -> None:
     assert verdict.message == (
         "kvcap.io/ttft-slo-ms without kvcap.io/requests-per-second: give the rate the SLOs are promised at"
     )
+
+
+def test_vllm_pp_layer_partition_in_the_env_splits_the_layers(snapshot: CatalogSnapshot) -> None:
+    # vllm/distributed/utils.py::get_pp_indices: 12 and 20 layers instead of 16 and 16; the plan holds what its
+    # fuller stage holds.
+    args = [LLAMA_8B, "--pipeline-parallel-size", "2", "--max-model-len", "8192"]
+
+    def plan_with(partition: str | None) -> Verdict:
+        env = [{"name": "VLLM_PP_LAYER_PARTITION", "value": partition}] if partition is not None else None
+        return judge(serving(args, gpus=2, env=env), snapshot)
+
+    even, uneven = plan_with(None), plan_with("12,20")
+    assert even.outcome == uneven.outcome == "allowed"
+    blocks = even.plans[0].num_gpu_blocks, uneven.plans[0].num_gpu_blocks
+    assert blocks[1] < blocks[0]
+    assert plan_with("16,16").plans[0].num_gpu_blocks == blocks[0]
+    refused = plan_with("12,x")
+    assert refused.outcome == "denied"
+    assert "VLLM_PP_LAYER_PARTITION='12,x': vLLM refuses it (Invalid partition string)" in refused.message
+    # counts vLLM parses but get_pp_indices refuses: the planner's refusal, as for any setting it refuses
+    mismatched = plan_with("12,21")
+    assert mismatched.unevaluated == ("invalid_spec",)
+    assert "pipeline_layer_partition: sum(partitions)=33 does not match num_hidden_layers=32." in (
+        mismatched.warnings[0]
+    )
