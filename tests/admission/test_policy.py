@@ -505,6 +505,7 @@ def test_vllm_pp_layer_partition_in_the_env_splits_the_layers(snapshot: CatalogS
     # counts vLLM parses but get_pp_indices refuses: the planner's refusal, as for any setting it refuses
     mismatched = plan_with("12,21")
     assert mismatched.unevaluated == ("invalid_spec",)
-    assert "pipeline_layer_partition: sum(partitions)=33 does not match num_hidden_layers=32." in (
-        mismatched.warnings[0]
+    assert (
+        "pipeline_layer_partition: sum(partitions)=33 does not match num_hidden_layers=32."
+        in (mismatched.warnings[0])
     )

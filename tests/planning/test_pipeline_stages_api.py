@@ -86,7 +86,11 @@ async def test_the_even_split_without_a_partition(client: httpx.AsyncClient) -> 
             ["body", "pipeline_stage_gpus", 1],
             "unknown GPU 'no-such-gpu'",
         ),
-        ({"pipeline_stage_gpus": [SMALL]}, ["body", "pipeline_stage_gpus"], "names 1 GPUs for 2 pipeline stages"),
+        (
+            {"pipeline_stage_gpus": [SMALL]},
+            ["body", "pipeline_stage_gpus"],
+            "names 1 GPUs for 2 pipeline stages",
+        ),
         (
             {"gpu": LARGE, "pipeline_stage_gpus": [SMALL, LARGE]},
             ["body", "gpu"],
@@ -156,10 +160,9 @@ def test_kvcap_plan_stage_flags() -> None:
     mixed = json.loads(result.output)
     uniform = json.loads(runner.invoke(app, [*flags, "-g", SMALL, *stages[2:], "--json"]).output)
     assert [s["layers"] for s in mixed["stages"]] == [[0, 12], [12, 32]]
-    assert (
-        mixed["stages"][1]["kv_cache_bytes"] - uniform["stages"][1]["kv_cache_bytes"]
-        == budget(LARGE) - budget(SMALL)
-    )
+    assert mixed["stages"][1]["kv_cache_bytes"] - uniform["stages"][1]["kv_cache_bytes"] == budget(
+        LARGE
+    ) - budget(SMALL)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +170,10 @@ def test_kvcap_plan_stage_flags() -> None:
     [
         (["--pipeline-stage-gpus", f"{SMALL},no-such-gpu"], "pipeline_stage_gpus[1]: unknown GPU"),
         (["--pipeline-stage-gpus", f"{SMALL},"], "--pipeline-stage-gpus must be GPU names"),
-        (["-g", SMALL, "--pipeline-layer-partition", "12,2x"], "--pipeline-layer-partition must be layer counts"),
+        (
+            ["-g", SMALL, "--pipeline-layer-partition", "12,2x"],
+            "--pipeline-layer-partition must be layer counts",
+        ),
         (["-g", SMALL, "--pipeline-layer-partition", "12,21"], "sum(partitions)=33"),
     ],
 )
