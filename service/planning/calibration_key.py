@@ -24,13 +24,18 @@ class Subject(Protocol):
     def source(self) -> str: ...
 
 
+# Settings that are ``None`` in every plan without them: left out of the key then, so the keys of the
+# configurations observed before they existed stay what they were.
+_KEYED_WHEN_SET = ("pipeline_layer_partition", "pipeline_stage_gpus")
+
+
 def configuration(
     model: Subject, gpu: Subject | None, total_bytes: int, settings: dict[str, Any]
 ) -> dict[str, Any]:
     return {
         "model": model.name if model.source == "catalog" else f"inline:{model.name}",
         "gpu": (gpu.name if gpu.source == "catalog" else f"inline:{total_bytes}") if gpu else None,
-        **settings,
+        **{k: v for k, v in settings.items() if v is not None or k not in _KEYED_WHEN_SET},
     }
 
 

@@ -300,6 +300,8 @@ class SettingsOut(BaseModel):
     enforce_eager: bool
     async_scheduling: bool
     enable_chunked_prefill: bool = True
+    pipeline_layer_partition: list[int] | None = None
+    pipeline_stage_gpus: list[str] | None = None
 
 
 class Subject(BaseModel):

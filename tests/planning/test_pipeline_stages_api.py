@@ -57,6 +57,19 @@ async def test_each_stage_is_budgeted_on_its_own_gpu(client: httpx.AsyncClient) 
     assert mixed["kv_cache"]["num_gpu_blocks"] == min(s["num_gpu_blocks"] for s in stages)
 
 
+async def test_the_settings_echo_the_stages_and_key_the_calibration(client: httpx.AsyncClient) -> None:
+    # A calibration observed on one layout must not correct another: the stage lists are part of the key.
+    mixed = await plan(client, pipeline_stage_gpus=[SMALL, LARGE])
+    uniform = await plan(client, gpu=SMALL)
+    even = await plan(client, gpu=SMALL, pipeline_layer_partition=None)
+    assert mixed["settings"]["pipeline_stage_gpus"] == [SMALL, LARGE]
+    assert mixed["settings"]["pipeline_layer_partition"] == [12, 20]
+    assert uniform["settings"]["pipeline_stage_gpus"] is None
+    assert even["settings"]["pipeline_layer_partition"] is None
+    keys = {p["calibration"]["key"] for p in (mixed, uniform, even)}
+    assert len(keys) == 3
+
+
 async def test_the_first_stage_s_gpu_may_be_named_as_gpu_too(client: httpx.AsyncClient) -> None:
     named = await plan(client, gpu=SMALL, pipeline_stage_gpus=[SMALL, LARGE])
     implied = await plan(client, pipeline_stage_gpus=[SMALL, LARGE])

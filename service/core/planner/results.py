@@ -29,6 +29,8 @@ class ResolvedSettings:
     enforce_eager: bool
     async_scheduling: bool
     enable_chunked_prefill: bool = True
+    pipeline_layer_partition: tuple[int, ...] | None = None  # VLLM_PP_LAYER_PARTITION as given
+    pipeline_stage_gpus: tuple[str, ...] | None = None  # each stage's GPU, by name, when they differ
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
