@@ -104,6 +104,8 @@ def render_load_curve(
 def render_plan(console: Console, plan: PlanResponse) -> None:
     s, kv, mem = plan.settings, plan.kv_cache, plan.memory
     gpu = plan.gpu.name if plan.gpu else "(KV budget given)"
+    if s.pipeline_stage_gpus:  # a pipeline across different GPUs: each stage's, in order
+        gpu = " → ".join(s.pipeline_stage_gpus)
     verdict = "[green]will start[/green]" if plan.fits else "[red]will NOT start[/red]"
     console.print(
         f"[bold]{plan.model.name}[/bold] on [bold]{gpu}[/bold] × TP {s.tensor_parallel_size} × PP {s.pipeline_parallel_size}, {s.engine} ({s.profile}): {verdict}"

@@ -173,6 +173,9 @@ def test_kvcap_plan_stage_flags() -> None:
     mixed = json.loads(result.output)
     uniform = json.loads(runner.invoke(app, [*flags, "-g", SMALL, *stages[2:], "--json"]).output)
     assert [s["layers"] for s in mixed["stages"]] == [[0, 12], [12, 32]]
+    text = runner.invoke(app, [*flags, *stages])
+    assert text.exit_code == 0, text.output
+    assert f"llama-3.1-8b on {SMALL} → {LARGE} × TP 1 × PP 2" in text.output
     assert mixed["stages"][1]["kv_cache_bytes"] - uniform["stages"][1]["kv_cache_bytes"] == budget(
         LARGE
     ) - budget(SMALL)
