@@ -49,7 +49,7 @@ from service.admission.extract import (
 from service.catalog.resolve import ModelMatch, implied_quantization, resolve_gpu, resolve_model
 from service.catalog.snapshot import CatalogGpu, CatalogModel, CatalogSnapshot
 from service.core.engines import DEFAULT_ENGINE, NEWEST_VERSION, OLDEST_VERSION, parse_engine
-from service.core.errors import InvalidSpec
+from service.core.errors import InvalidSpec, StartRefusal
 from service.core.planner import CapacityPlan, PlanRequest, plan
 from service.core.units import GIB
 from service.planning.offline import plain_settings
@@ -312,6 +312,10 @@ class _ServingCheck:
                 model[0].spec, gpu.spec if gpu else None, settings, implied_quantization=implied
             )
             result = cached_plan(request)
+        except StartRefusal as exc:
+            # vLLM's own start-up check refuses these settings: the pod would crash-loop, so it is denied
+            self.reasons.append(f"vLLM would refuse to start {serving.container}: {exc}")
+            return
         except InvalidSpec as exc:
             self.cannot_check("invalid_spec", f"kvcap cannot check {serving.container}: {exc}")
             return

@@ -23,6 +23,11 @@ class InvalidSpec(CoreError):
     """A model, GPU or engine setting is out of range or inconsistent (e.g. negative layers)."""
 
 
+class StartRefusal(InvalidSpec):
+    """Settings vLLM itself refuses before it serves (its own check, in its wording): a start that would fail,
+    not a limit of kvcap's. Callers that judge a deployment (admission) deny these instead of passing them."""
+
+
 class ConfigError(InvalidSpec):
     """A Hugging Face ``config.json`` could not be interpreted; ``field`` names the missing or odd key."""
 

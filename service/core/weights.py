@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
-from service.core.errors import InvalidSpec
+from service.core.errors import InvalidSpec, StartRefusal
 from service.core.specs import ModelSpec
 from service.core.units import cdiv
 
@@ -167,12 +167,12 @@ def pipeline_partition(
     if layers_per_stage is not None:
         sizes = list(layers_per_stage)
         if len(sizes) != pipeline_parallel_size:
-            raise InvalidSpec(
+            raise StartRefusal(  # get_pp_indices' own ValueError
                 f"len(partitions)={len(sizes)} does not match pp_size={pipeline_parallel_size}.",
                 field="pipeline_layer_partition",
             )
         if sum(sizes) != num_layers:
-            raise InvalidSpec(
+            raise StartRefusal(  # get_pp_indices' own ValueError
                 f"sum(partitions)={sum(sizes)} does not match num_hidden_layers={num_layers}.",
                 field="pipeline_layer_partition",
             )

@@ -502,10 +502,14 @@ def test_vllm_pp_layer_partition_in_the_env_splits_the_layers(snapshot: CatalogS
     refused = plan_with("12,x")
     assert refused.outcome == "denied"
     assert "VLLM_PP_LAYER_PARTITION='12,x': vLLM refuses it (Invalid partition string)" in refused.message
-    # counts vLLM parses but get_pp_indices refuses: the planner's refusal, as for any setting it refuses
+    # counts vLLM parses but get_pp_indices refuses (its own ValueError at start-up): denied, in its wording
     mismatched = plan_with("12,21")
-    assert mismatched.unevaluated == ("invalid_spec",)
+    assert mismatched.outcome == "denied"
+    assert mismatched.unevaluated == ()
     assert (
-        "pipeline_layer_partition: sum(partitions)=33 does not match num_hidden_layers=32."
-        in (mismatched.warnings[0])
+        "vLLM would refuse to start vllm: pipeline_layer_partition: sum(partitions)=33 does not match "
+        "num_hidden_layers=32." in mismatched.message
     )
+    three = plan_with("10,10,12")
+    assert three.outcome == "denied"
+    assert "len(partitions)=3 does not match pp_size=2." in three.message
