@@ -520,9 +520,6 @@ class Engine:
         members = self._members
         if members and self._cohort_last != self.clock:
             return False
-        demand = cfg.demand
-        bs = demand.block_size
-        groups = demand.full_groups
         outsiders = self._outsiders
         lead = count  # the scheduler's leading decodes end at the first request that does not decode
         for request in outsiders:
@@ -541,21 +538,9 @@ class Engine:
                 return False  # a member after a request in prefill: not a leading decode
         if lead > cfg.max_num_batched_tokens:
             return False
-        starting = self._by_offset[(-self._advance) % bs] if members else 0  # members starting a block
-        context = 0
-        for request in leading:
-            computed = request.computed
-            if not request.lagging or request.shared_prefix_tokens:
-                return False
-            context += computed
-            if not computed % bs:
-                starting += 1
-        if groups * starting > s.free_blocks:
-            return False  # some decode cannot get its block: the scheduler's order decides who is preempted
-        s.free_blocks -= groups * starting
-        for request in leading:
-            if not request.computed % bs:
-                request.own_blocks += groups
+        context = self._take_lagging_blocks(leading)
+        if context is None:
+            return False
         scheduled: list[tuple[SimRequest, int]] = []
         preempted, budget, tokens, decode_context, pairs, prefill_kv, _ = s.schedule_rest(
             lead,
@@ -609,6 +594,31 @@ class Engine:
         for request, _ in scheduled[from_tail:]:
             self._keep_or_join(request, kept)
         return True
+
+    def _take_lagging_blocks(self, leading: list[SimRequest]) -> int | None:
+        """The blocks of a step whose leading decodes are the members and ``leading`` (lagging requests, each
+        taking its extra step): taken from the pool, and the leaders' summed context returned; None, with
+        nothing taken, when a leader is not lagging or shares a prefix, or when some decode cannot get its
+        block (the scheduler's order then decides who is preempted)."""
+        s = self.scheduler
+        demand = s.config.demand
+        bs, groups = demand.block_size, demand.full_groups
+        starting = self._by_offset[(-self._advance) % bs] if self._members else 0  # members starting a block
+        context = 0
+        for request in leading:
+            computed = request.computed
+            if not request.lagging or request.shared_prefix_tokens:
+                return None
+            context += computed
+            if not computed % bs:
+                starting += 1
+        if groups * starting > s.free_blocks:
+            return None
+        s.free_blocks -= groups * starting
+        for request in leading:
+            if not request.computed % bs:
+                request.own_blocks += groups
+        return context
 
     def _keep_or_join(self, request: SimRequest, outsiders: list[SimRequest]) -> None:
         """After a step: a running request that decodes in step with the cohort joins it; one that still
@@ -801,7 +811,6 @@ class Engine:
         decides who is preempted). Its time and every figure are ``_cohort_step``'s, term for term, without
         the scheduler's visit; False (nothing changed) when the step needs it."""
         s = self.scheduler
-        cfg = s.config
         n = len(s.running)
         members = self._members
         lagging = self._outsiders
@@ -811,23 +820,9 @@ class Engine:
             return False
         if s.waiting and not s.admission_blocked(n):
             return False
-        demand = cfg.demand
-        bs, groups = demand.block_size, demand.full_groups
-        starting = self._by_offset[(-self._advance) % bs] if members else 0  # members starting a block
-        context = 0
-        for request in lagging:
-            computed = request.computed
-            if not request.lagging or request.shared_prefix_tokens:
-                return False
-            context += computed
-            if not computed % bs:
-                starting += 1
-        if groups * starting > s.free_blocks:
+        context = self._take_lagging_blocks(lagging)
+        if context is None:
             return False
-        s.free_blocks -= groups * starting
-        for request in lagging:
-            if not request.computed % bs:
-                request.own_blocks += groups
         self._record(n)
         seconds = self._step_seconds(
             n, n, context + self._member_context + members * self._advance, 0.0, 0, 0
