@@ -13,7 +13,10 @@ How a case becomes a simulation:
   engine profile the data names. When the source logged its KV-cache size, the block count is taken from it
   (``num_gpu_blocks_override`` = logged tokens ÷ block size) so the scheduler sees the real pool. When its
   start-up log says the GPUs lack P2P (``gpu_peer_to_peer: false``), the simulation is told so.
-* **Workload.** ``random`` as given (seed 0). ``sharegpt``: kvcap's ShareGPT V3 length table, rescaled so the
+* **Workload.** ``random`` as given (seed 0). The benchmark client's readiness probe (the first prompt, sent
+  once before the timed run by the clients of releases before 0.14) leaves that prompt in V1's prefix cache;
+  the simulator models it from the case's release, or from ``ready_check_timeout_sec`` / ``num_warmups``
+  where the source states them. ``sharegpt``: kvcap's ShareGPT V3 length table, rescaled so the
   mean prompt and output lengths equal the ones the case reports (total tokens ÷ completed), because small
   ShareGPT runs (10–320 prompts) have means far from the dataset's.
 * **Split.** ``fit`` cases may tune the step-time coefficients (``bench/fit_step_coefficients.py``);
@@ -106,7 +109,19 @@ def _sharegpt_explicit(bench: dict[str, Any], num_prompts: int) -> BenchmarkSpec
         request_rate=_rate(bench.get("request_rate")),
         max_concurrency=bench.get("max_concurrency"),
         requests=pairs,
+        **_client_warmup(bench),
     )
+
+
+def _client_warmup(bench: dict[str, Any]) -> dict[str, Any]:
+    """The client's ``--ready-check-timeout-sec`` / ``--num-warmups`` where the source states them (the
+    release's client default otherwise: ``simulate.client_primes_first_prompt``)."""
+    fields: dict[str, Any] = {}
+    if bench.get("ready_check_timeout_sec") is not None:
+        fields["ready_check_timeout_sec"] = int(bench["ready_check_timeout_sec"])
+    if bench.get("num_warmups"):
+        fields["num_warmups"] = int(bench["num_warmups"])
+    return fields
 
 
 def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | str:
@@ -163,6 +178,7 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
             random_input_len=int(bench.get("random_input_len") or 1024),
             random_output_len=int(bench.get("random_output_len") or 128),
             random_range_ratio=float(bench.get("random_range_ratio") or 0.0),
+            **_client_warmup(bench),
         )
     measured = {k: float(v) for k, v in case["measured"].items() if isinstance(v, int | float)}
     return PreparedCase(

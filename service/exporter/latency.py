@@ -90,6 +90,7 @@ def _simulated_means(replica: Replica, load: ObservedLoad, scale: float) -> tupl
         request_rate=load.request_rate,
         random_input_len=load.prompt_tokens,
         random_output_len=load.output_tokens,
+        ready_check_timeout_sec=0,  # live traffic: no benchmark client primes the prefix cache
     )
     result = simulate(
         replica.request, spec, plan=replica.plan, coefficients=scaled_coefficients(scale)

@@ -518,6 +518,14 @@ class BenchmarkIn(Schema):
     random_range_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.0
     random_prefix_len: Annotated[int, Field(ge=0, le=10_000_000)] = 0
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
+    ready_check_timeout_sec: Annotated[int, Field(ge=0, le=86_400)] | None = Field(
+        default=None,
+        description="> 0: the client sends the first prompt once before the timed run (its readiness probe), "
+        "so the prefix cache holds it; 0: skipped; null: the release's default (sent before vLLM 0.14)",
+    )
+    num_warmups: Annotated[int, Field(ge=0, le=10_000)] = Field(
+        default=0, description="--num-warmups: the first prompt sent that many times before the timed run"
+    )
     requests: (
         list[tuple[Annotated[int, Field(ge=1, le=10_000_000)], Annotated[int, Field(ge=1, le=10_000_000)]]]
         | None

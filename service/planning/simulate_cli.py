@@ -99,6 +99,13 @@ def simulate_command(
     random_range_ratio: Annotated[float, Opt()] = 0.0,
     random_prefix_len: Annotated[int, Opt()] = 0,
     seed: Annotated[int, Opt()] = 0,
+    ready_check_timeout_sec: Annotated[
+        int | None,
+        Opt(
+            help="> 0: the first prompt is sent once before the run (primes the prefix cache); default: the release's"
+        ),
+    ] = None,
+    num_warmups: Annotated[int, Opt(help="the first prompt sent this many times before the run")] = 0,
     as_json: Annotated[bool, Opt("--json", help="print the whole simulation as JSON")] = False,
     save_result: Annotated[
         Path | None, Opt(help="write vLLM's --save-result JSON (diff it against a real run)")
@@ -150,6 +157,8 @@ def simulate_command(
             "random_range_ratio": random_range_ratio,
             "random_prefix_len": random_prefix_len,
             "seed": seed,
+            "ready_check_timeout_sec": ready_check_timeout_sec,
+            "num_warmups": num_warmups,
         },
     }
     from pydantic import ValidationError

@@ -83,6 +83,8 @@ def benchmark_spec(benchmark: BenchmarkIn) -> BenchmarkSpec:
             random_range_ratio=benchmark.random_range_ratio,
             random_prefix_len=benchmark.random_prefix_len,
             seed=benchmark.seed,
+            ready_check_timeout_sec=benchmark.ready_check_timeout_sec,
+            num_warmups=benchmark.num_warmups,
             requests=tuple((int(p), int(o)) for p, o in benchmark.requests) if benchmark.requests else None,
         )
     except InvalidSpec as exc:

@@ -97,3 +97,15 @@ def test_no_gpu_p2p_slows_the_tensor_parallel_tokens() -> None:
     shm = runner.invoke(app, [*tp2, "--no-gpu-p2p"])
     assert p2p.exit_code == 0 and shm.exit_code == 0, shm.output
     assert json.loads(shm.output)["result"]["mean_tpot_ms"] > json.loads(p2p.output)["result"]["mean_tpot_ms"]
+
+
+def test_the_readiness_probe_flags_follow_vllm_bench_serve() -> None:
+    old = [*ARGS, "--engine", "vllm-0.12", "--json"]
+    primed = json.loads(runner.invoke(app, old).output)
+    skipped = runner.invoke(app, [*old, "--ready-check-timeout-sec", "0"])
+    assert skipped.exit_code == 0, skipped.output
+    assert json.loads(skipped.output)["result"]["mean_ttft_ms"] > primed["result"]["mean_ttft_ms"]
+    warmed = runner.invoke(app, [*old, "--ready-check-timeout-sec", "0", "--num-warmups", "1"])
+    assert json.loads(warmed.output)["result"] == primed["result"]
+    bad = runner.invoke(app, [*ARGS, "--num-warmups", "-1"])
+    assert bad.exit_code == 2 and "num_warmups" in bad.output

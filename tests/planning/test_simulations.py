@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -113,6 +114,31 @@ async def test_gpu_peer_to_peer_false_is_passed_to_the_core_simulator(client: ht
     assert bad.status_code == 422 and "gpu_peer_to_peer" in bad.text
 
 
+async def test_the_clients_readiness_probe_is_a_benchmark_field_with_the_releases_default(
+    client: httpx.AsyncClient,
+) -> None:
+    old = {**body(), "engine": "vllm-0.12"}
+    default = (await client.post("/v1/simulations", json=old)).json()
+    skipped = await client.post(
+        "/v1/simulations", json={**old, "benchmark": {**old["benchmark"], "ready_check_timeout_sec": 0}}
+    )
+    assert skipped.status_code == 200, skipped.text
+    snapshot = builtin_snapshot()
+    request = build_request(
+        snapshot.models["llama-3.1-8b"].spec,
+        snapshot.gpus["h100-sxm-80gb"].spec,
+        PlanRequestBody.model_validate({**BASE, "engine": "vllm-0.12"}),
+        suggest=False,
+    )
+    spec = BenchmarkSpec(num_prompts=60, random_input_len=512, random_output_len=64)
+    assert default["result"] == pytest.approx(simulate(request, spec).result.as_dict())
+    cold = simulate(request, replace(spec, ready_check_timeout_sec=0)).result.as_dict()
+    assert skipped.json()["result"] == pytest.approx(cold)
+    assert default["result"]["mean_ttft_ms"] < skipped.json()["result"]["mean_ttft_ms"]
+    assert any("readiness probe" in line for line in default["assumptions"])
+    assert not any("readiness probe" in line for line in skipped.json()["assumptions"])
+
+
 async def test_a_seed_makes_the_run_repeatable_and_another_seed_changes_it(client: httpx.AsyncClient) -> None:
     args = {"request_rate": 6, "random_range_ratio": 0.5}
     first = (await client.post("/v1/simulations", json=body(seed=1, **args))).json()["result"]
@@ -134,6 +160,8 @@ async def test_a_seed_makes_the_run_repeatable_and_another_seed_changes_it(clien
         ({"max_concurrency": 0}, ["body", "benchmark", "max_concurrency"]),
         ({"dataset_name": "explicit"}, ["body", "benchmark"]),
         ({"unknown_flag": 1}, ["body", "benchmark", "unknown_flag"]),
+        ({"ready_check_timeout_sec": -1}, ["body", "benchmark", "ready_check_timeout_sec"]),
+        ({"num_warmups": -1}, ["body", "benchmark", "num_warmups"]),
     ],
 )
 async def test_bad_benchmark_input_is_a_422_naming_the_field(

@@ -57,6 +57,11 @@ class BenchmarkSpec:
     random_prefix_len: int = 0
     seed: int = 0
     requests: tuple[tuple[int, int], ...] | None = None  # explicit (prompt_tokens, output_tokens)
+    # Before the timed run the client sends the first prompt once as a readiness probe when this is > 0
+    # (``--ready-check-timeout-sec``); None: the default of the release's client (see
+    # ``simulate.client_primes_first_prompt``). ``--num-warmups`` sends it that many more times.
+    ready_check_timeout_sec: int | None = None
+    num_warmups: int = 0
 
     def __post_init__(self) -> None:
         if self.dataset_name not in DATASET_NAMES:
@@ -77,6 +82,10 @@ class BenchmarkSpec:
             raise InvalidSpec("must be in [0, 1)", field="benchmark.random_range_ratio")
         if self.random_prefix_len < 0:
             raise InvalidSpec("must be ≥ 0", field="benchmark.random_prefix_len")
+        if self.ready_check_timeout_sec is not None and self.ready_check_timeout_sec < 0:
+            raise InvalidSpec("must be ≥ 0", field="benchmark.ready_check_timeout_sec")
+        if self.num_warmups < 0:
+            raise InvalidSpec("must be ≥ 0", field="benchmark.num_warmups")
         if self.dataset_name == "explicit":
             if not self.requests:
                 raise InvalidSpec("explicit datasets need (prompt, output) pairs", field="benchmark.requests")

@@ -31,7 +31,10 @@ Prefix caching is modelled for the prefix every request shares (``--random-prefi
 as soon as it is full at allocation time (``cache_blocks`` in ``allocate_slots``), so requests scheduled
 after the first one — even in the same step — hit its full prefix blocks. Those blocks stay cached
 (vLLM evicts cached blocks LRU-last when the pool runs dry; a prefix every request uses is never the
-LRU one). Other cache hits (a preempted request finding its own freed blocks) are not modelled.
+LRU one). So is the prompt the benchmark client sent before the timed run (``SimRequest.cached_prompt_tokens``,
+see ``simulate.client_primes_first_prompt``): freed blocks go to the tail of vLLM's free queue and allocation
+takes from its head, so those blocks are still cached when that request, the first sent, is admitted. Other
+cache hits (a preempted request finding its own freed blocks) are not modelled.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class SimRequest:
 
     __slots__ = (
         "arrival_seconds",
+        "cached_prompt_tokens",
         "cohort_base",
         "computed",
         "finish_seconds",
@@ -86,6 +90,10 @@ class SimRequest:
         # ≥ 0 while the engine advances this request with its decode cohort (``engine.Engine``): its token
         # counts, blocks and last token time are then those above plus the cohort's advance since this value.
         self.cohort_base = -1
+        # Tokens of this request's own prompt already in the prefix cache when the run starts (the benchmark
+        # client sent the same prompt before the timed run: its readiness probe or warm-ups). Used once, at
+        # its first admission.
+        self.cached_prompt_tokens = 0
 
     def add_generated(self, count: int) -> None:
         self.generated += count
@@ -381,11 +389,17 @@ class Scheduler:
         while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             request = self.waiting[0]
             hit = self._prefix_hit_tokens(request) if request.computed == 0 else 0
+            shared = hit // bs
+            if request.cached_prompt_tokens:
+                # Its own prompt's full blocks, found in the free pool's cached blocks: they count as computed
+                # and leave the free pool for this request (they are its own, not the shared prefix's).
+                warm = min(request.cached_prompt_tokens, request.num_tokens - 1) // bs * bs
+                if warm > hit:
+                    hit = warm
             new = request.num_tokens - hit
             if 0 < threshold < new:
                 new = threshold
             new = min(new, budget)
-            shared = hit // bs
             own_needed = demand.blocks(hit + new) - full_groups * shared - request.own_blocks
             if cfg.reserve_full_sequence:
                 whole = min(request.num_tokens, cfg.max_model_len)
@@ -395,6 +409,7 @@ class Scheduler:
             if own_needed > self.free_blocks:
                 break
             self.waiting.popleft()
+            request.cached_prompt_tokens = 0
             request.computed = hit
             self.prefix_hit_tokens += hit
             request.shared_blocks = shared

@@ -108,6 +108,7 @@ def max_rate_within_slo(
             random_input_len=prompt_tokens,
             random_output_len=output_tokens,
             seed=seed,
+            ready_check_timeout_sec=0,  # served traffic has no benchmark client priming the prefix cache
         )
         return simulate(request, spec, timeline=timeline, replica=replica)
 

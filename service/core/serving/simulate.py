@@ -36,9 +36,14 @@ from service.core.units import cdiv
 TIMELINE_POINTS = 200
 # First release whose scheduler admits a request only when its whole sequence fits (vLLM PR #37307).
 RESERVE_FULL_SEQUENCE_FROM = (0, 19)
+# First release whose ``vllm bench serve`` skips the readiness probe by default (``--ready-check-timeout-sec``
+# default 0; vLLM PR #30975, merged 2025-12-18). Before it, ``benchmarks/benchmark_serving.py`` and then
+# ``vllm/benchmarks/serve.py`` always sent ``input_requests[0]`` once ("Starting initial single prompt test
+# run...") and waited for it to finish before the timed run.
+READY_CHECK_OFF_BY_DEFAULT_FROM = (0, 14)
 # ± fraction around predicted throughput/latency: the largest held-back median |error| of ``make accuracy``
-# on the kind of case the coefficients are fitted on (V1, one host: TTFT 26.6 %, TPOT 3.8 %, throughput
-# 4.5 % on 2026-12-02, 86 cases; bench/serving_accuracy.py), rounded up. V0 engines and the TP runs of one author's
+# on the kind of case the coefficients are fitted on (V1, one host: TTFT 25.1 %, TPOT 3.6 %, throughput
+# 5.7 % on 2026-12-03, 86 cases; bench/serving_accuracy.py), rounded up. V0 engines and the TP runs of one author's
 # pods (some without GPU P2P) err more (see the README).
 ERROR_BAND_RATIO = 0.30
 
@@ -161,7 +166,12 @@ def _outcomes(trace: EngineTrace) -> tuple[RequestOutcome, ...]:
 
 
 def _assumptions(
-    plan: CapacityPlan, benchmark: BenchmarkSpec, coefficients: StepCoefficients, *, gpu_peer_to_peer: bool
+    plan: CapacityPlan,
+    benchmark: BenchmarkSpec,
+    coefficients: StepCoefficients,
+    *,
+    gpu_peer_to_peer: bool,
+    primed: bool = False,
 ) -> tuple[str, ...]:
     s = plan.settings
     scheduler = (
@@ -176,7 +186,7 @@ def _assumptions(
         "every request generates exactly its requested output tokens (as with --ignore-eos)",
         f"step time: roofline with {coefficients.bandwidth_efficiency:.0%} of HBM bandwidth, "
         f"{coefficients.compute_efficiency:.0%} of dense peak for large GEMMs, "
-        f"{coefficients.step_overhead_seconds * 1e3:.2f} ms + {coefficients.per_request_seconds * 1e6:.0f} µs "
+        f"{coefficients.step_overhead_seconds * 1e3:.2f} ms + {coefficients.per_request_seconds * 1e6:.1f} µs "
         "per request of CPU work per step",
         "async scheduling: CPU work overlaps the GPU step"
         if s.async_scheduling
@@ -190,6 +200,11 @@ def _assumptions(
         lines.append("ShareGPT lengths drawn from a reconstructed length table, not the dataset itself")
     if s.enforce_eager:
         lines.append("eager mode: kernel launch latency paid per layer")
+    if primed:
+        lines.append(
+            "the client sent the first prompt before the timed run (its readiness probe or --num-warmups): "
+            "its full blocks are in the prefix cache when the run starts (ready_check_timeout_sec 0 to turn off)"
+        )
     return tuple(lines)
 
 
@@ -207,6 +222,20 @@ class Replica:
     scheduler_config: SchedulerConfig
     step_parts: dict[tuple[int, int, float, int], tuple[float, float]]
     gpu_peer_to_peer: bool = True  # False: the TP GPUs have no P2P path (``simulate``'s docstring)
+    engine_version: tuple[int, ...] | None = None  # the release (its benchmark client's defaults)
+
+
+def client_primes_first_prompt(benchmark: BenchmarkSpec, engine_version: tuple[int, ...] | None) -> bool:
+    """Whether the benchmark client sends the first request's prompt before the timed run — the readiness
+    probe (``--ready-check-timeout-sec`` > 0, the default before ``READY_CHECK_OFF_BY_DEFAULT_FROM``) or
+    ``--num-warmups`` — so that with V1's prefix caching (on by default) its full blocks are cached when the
+    run starts. The probe runs to completion (``max_tokens`` = that request's output length) before the timer
+    starts, so only the cache it leaves behind reaches the figures."""
+    if benchmark.num_warmups > 0:
+        return True
+    if benchmark.ready_check_timeout_sec is not None:
+        return benchmark.ready_check_timeout_sec > 0
+    return engine_version is None or engine_version < READY_CHECK_OFF_BY_DEFAULT_FROM
 
 
 def prepare_replica(
@@ -245,6 +274,7 @@ def prepare_replica(
         attention_window=step_model.attention_window_tokens,
     )
     return Replica(
+        engine_version=profile.version,
         request=request,
         plan=plan,
         coefficients=coefficients,
@@ -255,8 +285,9 @@ def prepare_replica(
     )
 
 
-def _sim_requests(benchmark: BenchmarkSpec, limits: SimulationLimits) -> list[SimRequest]:
-    """Stages 1 and 2: the benchmark's requests with their lengths and the times the client sends them."""
+def _sim_requests(benchmark: BenchmarkSpec, limits: SimulationLimits, *, primed: bool) -> list[SimRequest]:
+    """Stages 1 and 2: the benchmark's requests with their lengths and the times the client sends them;
+    ``primed``: the first prompt is already in the prefix cache (``client_primes_first_prompt``)."""
     lengths = sample_requests(benchmark)
     _check_limits(lengths, limits)
     offsets = arrival_offsets_seconds(
@@ -270,6 +301,8 @@ def _sim_requests(benchmark: BenchmarkSpec, limits: SimulationLimits) -> list[Si
         r = SimRequest(i, length.prompt_tokens, length.output_tokens, length.shared_prefix_tokens)
         r.arrival_seconds = offset
         sim_requests.append(r)
+    if primed and sim_requests:
+        sim_requests[0].cached_prompt_tokens = sim_requests[0].prompt_tokens
     return sim_requests
 
 
@@ -306,7 +339,10 @@ def simulate(
             request, plan=plan, coefficients=coefficients, gpu_peer_to_peer=gpu_peer_to_peer
         )
     plan, coefficients, settings = replica.plan, replica.coefficients, replica.plan.settings
-    sim_requests = _sim_requests(benchmark, limits)
+    primed = not replica.scheduler_config.prefill_first and client_primes_first_prompt(
+        benchmark, replica.engine_version
+    )
+    sim_requests = _sim_requests(benchmark, limits, primed=primed)
     scheduler = Scheduler(replica.scheduler_config)
     engine = Engine(
         requests=sim_requests,
@@ -344,7 +380,9 @@ def simulate(
         timeline=_timeline(trace.record_rows, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks)
         if timeline
         else (),
-        assumptions=_assumptions(plan, benchmark, coefficients, gpu_peer_to_peer=replica.gpu_peer_to_peer),
+        assumptions=_assumptions(
+            plan, benchmark, coefficients, gpu_peer_to_peer=replica.gpu_peer_to_peer, primed=primed
+        ),
         error_band_ratio=ERROR_BAND_RATIO,
         messages=tuple(messages),
         num_preemptions=trace.num_preemptions,

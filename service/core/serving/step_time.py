@@ -107,29 +107,28 @@ SHM_ALLREDUCE_BUS_BYTES_PER_SECOND = 2 * 3.9e9
 class StepCoefficients:
     """The few fitted numbers of the step-time model.
 
-    Defaults fitted on 2026-12-02 (``python -m bench.fit_step_coefficients``, passes each starting from the
-    values before it) on the 19 *fit* cases of ``tests/data/serving-benchmarks.json`` that are V1 engines with
-    their GPUs in one host (A100 80GB and H100/H200: Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, DeepSeek-R1 AWQ
-    TP8, gpt-oss-120b TP8; vLLM 0.9–0.12; concurrency 1–500), after the host-dispatch (d) and kernel-floor (t_k)
-    terms were added. ``make accuracy`` on the 76 cases: median |error| of output_throughput / mean TPOT / mean
-    TTFT 4.9 % / 3.6 % / 22.0 % on those fit cases, 4.0 % / 2.7 % / 22.8 % on the 17 held-back cases of the
-    same kind (never fitted); on every held-back case (V0 engines and Ray-joined pods included) 16.4 % / 25.4 % /
-    39.2 % then, 14.9 % / 14.5 % / 33.1 % once the no-P2P all-reduce path and the logits gather came in
-    (same coefficients; the V1 one-host figures did not move). η_bw sits at the top of its physical range (0.95), and c₀ and c₁ are barely determined (the loss
-    moves < 0.1 % over c₀ 0.26 – 2 ms once t_k is in): read η_bw, c₀ and t_k together. Each value lies inside
-    the physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``). The weight-only (Marlin)
-    GEMM curve and the eager launch cost (d / 3 per kernel) came after this fit and were not refitted: a refit
-    moves only η_attn (to 0.26) on the one eager AWQ case with a 16k-token prompt (vllm#20469).
+    Defaults fitted on 2026-12-03 (``python -m bench.fit_step_coefficients``, starting from the 2026-12-02
+    values) on the 21 *fit* cases of ``tests/data/serving-benchmarks.json`` that are V1 engines with their GPUs
+    in one host (A100 80GB and H100/H200: Qwen2-7B, Qwen2.5-32B, Qwen3-14B/30B-A3B, DeepSeek-R1 AWQ TP8 and FP8
+    EP, gpt-oss-120b TP8; vLLM 0.9–0.16; concurrency 1–500), once the simulator primed the prefix cache with
+    the first prompt the way the benchmark client's readiness probe does before the timed run
+    (``simulate.client_primes_first_prompt``). The refit moved η_attn 0.367 → 0.262, c₀ 0.79 → 0.95 ms,
+    t_k 4.2 → 5.9 µs and c₁ 0.85 µs → 0.1 µs (the bottom of its range: per-request CPU time is not
+    determined by these cases; c₀ and t_k absorb it). ``make accuracy`` on the 86 cases, median |error| of
+    output_throughput / mean TPOT / mean TTFT: every held-back case 13.9 % / 13.2 % / 30.9 % (14.9 % / 14.5 % /
+    34.2 % before priming and refit), every fit case 12.3 % / 11.5 % / 38.7 % (11.0 % / 13.0 % / 34.9 %).
+    η_bw sits at the top of its physical range (0.95): read η_bw, c₀ and t_k together. Each value lies inside
+    the physical range the fit allows (``bench/fit_step_coefficients.py::BOUNDS``).
     """
 
     bandwidth_efficiency: float = 0.95  # η_bw: fraction of datasheet HBM bandwidth weights and KV stream at
     compute_efficiency: float = 0.63  # η_compute: fraction of dense peak a large GEMM reaches
     gemm_half_tokens: float = 126.7  # T½: rows at which a GEMM reaches half of η_compute
-    attention_efficiency: float = 0.367  # η_attn: fraction of dense peak prefill attention reaches
-    step_overhead_seconds: float = 0.00079  # c₀: CPU time per step (schedule, prepare inputs, sample)
-    per_request_seconds: float = 8.5e-7  # c₁: CPU time per request in the batch (bookkeeping, output)
+    attention_efficiency: float = 0.262  # η_attn: fraction of dense peak prefill attention reaches
+    step_overhead_seconds: float = 0.000948  # c₀: CPU time per step (schedule, prepare inputs, sample)
+    per_request_seconds: float = 1e-7  # c₁: CPU time per request in the batch (bookkeeping, output)
     layer_dispatch_seconds: float = 125e-6  # d: host time per decoder layer under piecewise CUDA graphs
-    kernel_floor_seconds: float = 4.2e-6  # t_k: fixed GPU time of one kernel of a decoder layer
+    kernel_floor_seconds: float = 5.88e-6  # t_k: fixed GPU time of one kernel of a decoder layer
     # Not fitted here: a per-deployment multiplier of every step's time (GPU and CPU), fitted by the live
     # pipeline from one deployment's observed latencies (observed ÷ simulated TPOT). 1.0 = the model as is.
     time_scale: float = 1.0

@@ -305,3 +305,101 @@ def test_closed_form_stretches_match_step_by_step_across_the_window_boundary(mod
     assert fast.num_steps == slow.num_steps
     for key in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms"):
         assert math.isclose(getattr(fast.result, key), getattr(slow.result, key), rel_tol=1e-9), key
+
+
+@pytest.mark.parametrize(
+    ("engine", "ready_check", "warmups", "primed"),
+    [
+        ("vllm-0.12", None, 0, True),  # benchmark_serving.py / vllm bench serve before 0.14 always probe
+        ("vllm-0.12", 0, 0, False),  # --ready-check-timeout-sec 0 skips the probe
+        ("vllm-0.16", None, 0, False),  # default 0 from 0.14 (vLLM PR #30975)
+        ("vllm-0.16", 600, 0, True),
+        ("vllm-0.16", None, 2, True),  # --num-warmups sends the first prompt too
+    ],
+)
+def test_the_clients_readiness_probe_leaves_the_first_prompt_in_the_prefix_cache(
+    engine: str, ready_check: int | None, warmups: int, primed: bool
+) -> None:
+    request = _request(async_scheduling=False, engine=engine)
+    p = plan(request)
+    spec = BenchmarkSpec(
+        dataset_name="explicit",
+        num_prompts=2,
+        requests=((100, 10), (100, 10)),
+        ready_check_timeout_sec=ready_check,
+        num_warmups=warmups,
+    )
+    sim = simulate(request, spec, plan=p, coefficients=COEFFS)
+    bs = p.kv_cache.block_size
+    hit = (100 - 1) // bs * bs  # whole blocks, never the last prompt token (get_computed_blocks)
+    # Only the first request's prompt was sent before the run; the second one is new to the cache.
+    assert sim.prefix_cache_hit_tokens == (hit if primed else 0)
+    model = StepTimeModel.build(model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS)
+    computed = 100 - hit if primed else 100
+    first_step = model.step_seconds(
+        StepLoad(
+            num_tokens=computed + 100,
+            num_requests=2,
+            decode_context_tokens=0,
+            prefill_attention_pairs=computed * ((100 - computed) + computed / 2) + 100 * 50,
+            prefill_kv_tokens=200,
+        )
+    )
+    # Both prompts fit the first step's budget: both first tokens come at its end.
+    assert math.isclose(sim.result.mean_ttft_ms, first_step * 1e3, rel_tol=1e-9)
+
+
+def test_a_primed_single_request_pays_only_for_its_last_partial_block() -> None:
+    request = _request(async_scheduling=False, engine="vllm-0.12")
+    p = plan(request)
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((1024, 10),))
+    primed = simulate(request, spec, plan=p, coefficients=COEFFS)
+    cold = simulate(
+        request,
+        BenchmarkSpec(
+            dataset_name="explicit", num_prompts=1, requests=((1024, 10),), ready_check_timeout_sec=0
+        ),
+        plan=p,
+        coefficients=COEFFS,
+    )
+    assert primed.prefix_cache_hit_tokens == 1024 - p.kv_cache.block_size  # 1,023 // 16 whole blocks
+    model = StepTimeModel.build(model=LLAMA_31_8B, gpu=H100, plan=p, coefficients=COEFFS)
+    bs = p.kv_cache.block_size
+    last = model.step_seconds(
+        StepLoad(
+            num_tokens=bs,
+            num_requests=1,
+            decode_context_tokens=0,
+            prefill_attention_pairs=bs * (1024 - bs + bs / 2),
+            prefill_kv_tokens=1024,
+        )
+    )
+    assert math.isclose(primed.result.mean_ttft_ms, last * 1e3, rel_tol=1e-9)
+    assert primed.result.mean_ttft_ms < cold.result.mean_ttft_ms
+    # The decode steps after it are the same work.
+    assert math.isclose(primed.result.mean_tpot_ms, cold.result.mean_tpot_ms, rel_tol=1e-9)
+
+
+def test_rate_searches_never_assume_a_primed_cache() -> None:
+    from service.core.serving import search as search_module
+
+    request = _request(engine="vllm-0.12")
+    seen: list[BenchmarkSpec] = []
+    real = search_module.simulate
+
+    def spy(req: PlanRequest, spec: BenchmarkSpec, **kwargs: object):  # type: ignore[no-untyped-def]
+        seen.append(spec)
+        return real(req, spec, **kwargs)  # type: ignore[arg-type]
+
+    search_module.simulate = spy  # type: ignore[assignment]
+    try:
+        search_module.max_rate_within_slo(
+            request,
+            search_module.SloTarget(tpot_seconds=0.05),
+            prompt_tokens=200,
+            output_tokens=20,
+            num_prompts=50,
+        )
+    finally:
+        search_module.simulate = real  # type: ignore[assignment]
+    assert seen and all(spec.ready_check_timeout_sec == 0 and spec.num_warmups == 0 for spec in seen)
