@@ -43,6 +43,7 @@ from service.catalog.snapshot import CatalogSnapshot
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import PlanRequest, plan
+from service.core.planner.features import ServingFeatures
 from service.core.serving import (
     DEFAULT_STEP_COEFFICIENTS,
     BenchmarkSpec,
@@ -151,6 +152,8 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
         "enforce_eager": bool(case.get("enforce_eager") or False),
         "async_scheduling": case.get("async_scheduling"),  # --async-scheduling; null = the release default
     }
+    if case.get("enable_expert_parallel"):  # --enable-expert-parallel: the MoE's experts split over the ranks
+        settings["features"] = ServingFeatures(enable_expert_parallel=True)
     if settings["max_model_len"] is None and bench.get("dataset_name") == "random":
         # The catalog default context may not fit; the benchmark needs prompt + output.
         needed = int(bench.get("random_input_len") or 1024) + int(bench.get("random_output_len") or 128)

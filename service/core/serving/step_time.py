@@ -12,6 +12,17 @@ heaviest pipeline stage:
                 η_gemm(T) = η_compute · T / (T + T½) (a saturating curve: cuBLAS tiles are 64–256 rows, so a
                 GEMM with few rows wastes most of each tile); an expert GEMM has only the T·k/touched rows
                 routed to that expert, so MoE layers run at η_gemm of that row count.
+                Expert parallelism (``--enable-expert-parallel``: the E experts split E/R per rank over the
+                R = TP × DP ranks instead of every expert sharded R ways; ``vllm/model_executor/layers/
+                fused_moe/layer.py::determine_expert_map``, 0.6 – 0.33) makes the MoE layer as slow as its
+                busiest rank: each rank reads whole local experts and multiplies the rows routed to them, and
+                the combine waits for every rank. With uniform routing each expert is touched with
+                p = 1 − (1 − k/E)^T, a rank's touched experts ~ Binomial(E/R, p) and its token-expert pairs
+                ~ Binomial(T·k, 1/R); the routed experts' bytes scale by R·E[max of R touched counts]/(E·p)
+                and their FLOPs by R·E[max of R pair counts]/(T·k) (``expert_parallel_imbalance``). A batch-1
+                decode of DeepSeek-R1 on 8 ranks (k = 8 of 256) reads ≈ 2.5× the expert bytes of the
+                tensor-parallel split; a 2,048-token prefill's FLOPs ≈ 1.03×. The MoE output still needs the
+                same reduction over the TP group, so the communication terms are unchanged.
                 Weight-only quantised GEMMs (AWQ/GPTQ, fp8 weights without fp8 tensor cores) run on
                 Marlin-style kernels with 16-row tiles, 8× shorter than the 128-row tiles the fitted T½
                 stands for: their curve uses T½ · 16/128, so they stay memory-bound to T ≈ 16. Not the
@@ -83,6 +94,9 @@ catalog and the capacity plan (weights per GPU, KV bytes per token).
 
 from __future__ import annotations
 
+import functools
+import math
+import statistics
 from dataclasses import dataclass
 
 from service.core.engines import resolve_engine
@@ -215,6 +229,8 @@ class StepTimeModel:
     attention_dispatch_weight: float = 1.0  # the eager attention piece's host time in units of d (MLA: 2)
     piecewise_cudagraphs: bool = True  # V1 captures piecewise graphs for mixed steps; V0 runs them eagerly
     weight_only_gemm: bool = False  # 4/8-bit weights with 16-bit activations (Marlin-style kernels)
+    expert_parallel_ranks: int = 1  # R of expert parallelism (1: experts sharded by TP, no imbalance)
+    expert_parallel_token_scale: int = 1  # DP ranks whose batches meet in each MoE layer (tokens × this)
 
     @classmethod
     def build(
@@ -272,7 +288,14 @@ class StepTimeModel:
             fixed, per_token = 0.0, 0.0
             logits_fixed, logits_per_request = 0.0, 0.0
         windowed, window = _windowed_kv(model, plan)
+        features = plan.features
+        ep_ranks, ep_scale = 1, 1
+        if features is not None and features.enable_expert_parallel and model.is_moe and model.num_experts:
+            ep_scale = max(1, features.data_parallel_size)
+            ep_ranks = tp * ep_scale
         return cls(
+            expert_parallel_ranks=ep_ranks,
+            expert_parallel_token_scale=ep_scale,
             coefficients=coefficients,
             weight_bytes=plan.memory.weights_bytes,
             model=model,
@@ -304,18 +327,35 @@ class StepTimeModel:
         )
 
     def weight_bytes_touched(self, num_tokens: int) -> float:
-        """Weight bytes one step reads: all of them for dense models, the routed experts' share for MoE."""
+        """Weight bytes one step reads: all of them for dense models, the routed experts' share for MoE
+        (on the busiest rank under expert parallelism)."""
         if not self.model.is_moe:
             return float(self.weight_bytes)
-        return float(
+        tokens = max(1, num_tokens)
+        split = float(
             decode_bytes_read(
                 self.model,
                 weights_bytes=self.weight_bytes,
                 kv_bytes_per_token=0,
-                batch=max(1, num_tokens),
+                batch=tokens,
                 context_tokens=0,
             )
         )
+        if self.expert_parallel_ranks <= 1:
+            return split
+        model = self.model
+        experts, top_k = model.num_experts or 1, model.num_experts_per_tok or 1
+        # decode_bytes_read's split: a dense part (attention, shared experts, embeddings and k routed experts'
+        # worth, the active parameters) plus one expert's share per touched expert beyond those k.
+        dense = (
+            self.weight_bytes * (model.num_active_parameters or model.num_parameters) / model.num_parameters
+        )
+        per_expert = (self.weight_bytes - dense) / max(1, experts - top_k)
+        touched = experts * (1 - (1 - top_k / experts) ** tokens)
+        memory_factor, _ = expert_parallel_imbalance(
+            experts, top_k, self.expert_parallel_ranks, tokens * self.expert_parallel_token_scale
+        )
+        return dense + per_expert * max(0.0, touched * memory_factor - top_k)
 
     def _gemm_efficiency(self, rows: float, *, experts: bool = False) -> float:
         """η_gemm(T) = η_compute · T / (T + T½); dense weight-only quantised GEMMs: T½ · 16 / 128."""
@@ -358,9 +398,13 @@ class StepTimeModel:
             top_k = model.num_experts_per_tok or 1
             touched = experts * (1 - (1 - top_k / experts) ** tokens)
             rows = tokens * top_k / touched
-            compute += (
-                self.expert_flops_per_token * tokens / (peak * self._gemm_efficiency(rows, experts=True))
-            )
+            expert_flops = self.expert_flops_per_token * tokens
+            if self.expert_parallel_ranks > 1:
+                _, flops_factor = expert_parallel_imbalance(
+                    experts, top_k, self.expert_parallel_ranks, tokens * self.expert_parallel_token_scale
+                )
+                expert_flops *= flops_factor
+            compute += expert_flops / (peak * self._gemm_efficiency(rows, experts=True))
         linear = max(memory, compute)
         attention = (
             prefill_kv_tokens * self.kv_bytes_per_token / bandwidth
@@ -446,6 +490,43 @@ WEIGHT_ONLY_QUANTIZATIONS = frozenset(
     {"awq", "awq_marlin", "gptq", "gptq_marlin", "marlin", "int4", "gptq-int8"}
 )
 MLA_DISPATCH_WEIGHT = (5 + 1) / PIECE_LAUNCHES
+
+
+def _expected_max_binomial(n: int, p: float, ranks: int) -> float:
+    """E[max of ``ranks`` independent Binomial(n, p)] = Σ_{x=0}^{n−1} (1 − F(x)^ranks), exactly for n ≤ 512;
+    above it the normal approximation μ + σ·E[max of ``ranks`` standard normals] (Blom's plotting position)."""
+    if p <= 0.0 or n <= 0:
+        return 0.0
+    if p >= 1.0:
+        return float(n)
+    if n > 512:
+        mean, sd = n * p, math.sqrt(n * p * (1 - p))
+        z = statistics.NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25)) if ranks > 1 else 0.0
+        return min(float(n), mean + sd * z)
+    pmf = (1 - p) ** n
+    ratio = p / (1 - p)
+    cdf = 0.0
+    total = 0.0
+    for x in range(n):
+        cdf += pmf
+        total += 1 - min(1.0, cdf) ** ranks
+        pmf *= (n - x) / (x + 1) * ratio
+    return total
+
+
+@functools.lru_cache(maxsize=8192)
+def expert_parallel_imbalance(num_experts: int, top_k: int, ranks: int, tokens: int) -> tuple[float, float]:
+    """(bytes factor, FLOPs factor) of the routed experts on the busiest of ``ranks`` expert-parallel ranks
+    against an even split, for ``tokens`` routed with uniform top-``top_k`` of ``num_experts`` (see the module
+    docstring's ``linear``). Both are 1 for one rank and tend to 1 as the batch grows."""
+    if ranks <= 1 or num_experts < ranks or tokens < 1:
+        return 1.0, 1.0
+    local = num_experts // ranks
+    p = 1 - (1 - top_k / num_experts) ** tokens
+    memory = ranks * _expected_max_binomial(local, p, ranks) / (num_experts * p)
+    pairs = tokens * top_k
+    flops = ranks * _expected_max_binomial(pairs, 1 / ranks, ranks) / pairs
+    return max(1.0, memory), max(1.0, flops)
 
 
 def _kernels_per_stage(model: ModelSpec, layers: int) -> int:

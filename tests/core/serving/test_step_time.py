@@ -384,3 +384,54 @@ def test_weight_only_quantised_gemms_stay_memory_bound_at_small_batches() -> Non
     p = plan(PlanRequest(model=LLAMA_31_8B, gpu=hopper, max_model_len=8192, quantization="fp8"))
     w8a8 = StepTimeModel.build(model=LLAMA_31_8B, gpu=hopper, plan=p, coefficients=COEFFS)
     assert not w8a8.weight_only_gemm
+
+
+def test_expert_parallel_imbalance_is_the_busiest_ranks_share() -> None:
+    from service.core.serving.step_time import expert_parallel_imbalance
+
+    assert expert_parallel_imbalance(8, 2, 1, 16) == (1.0, 1.0)  # one rank: nothing to balance
+    # E = 4 experts, top-1, 2 ranks of 2 experts, one token: each expert touched with p = 1/4, a rank's
+    # touched experts ~ Binomial(2, 1/4): F(0) = 9/16, F(1) = 15/16, E[max of 2] = (1 − F(0)²) + (1 − F(1)²).
+    e_max = (1 - (9 / 16) ** 2) + (1 - (15 / 16) ** 2)
+    memory, flops = expert_parallel_imbalance(4, 1, 2, 1)
+    assert math.isclose(memory, 2 * e_max / (4 * 0.25), rel_tol=1e-12)
+    # Its one token-expert pair lands on either rank: E[max of 2 Binomial(1, 1/2)] = 3/4, against 1/2 each.
+    assert math.isclose(flops, 2 * 0.75 / 1, rel_tol=1e-12)
+    # Large batches touch every expert on every rank and spread their pairs evenly.
+    assert expert_parallel_imbalance(256, 8, 8, 4096)[0] == 1.0
+    assert 1.0 < expert_parallel_imbalance(256, 8, 8, 4096)[1] < 1.03
+    # The normal approximation above 512 pairs continues the exact sum.
+    exact = expert_parallel_imbalance(8, 8, 8, 64)[1]  # 512 pairs: exact
+    approx = expert_parallel_imbalance(8, 8, 8, 65)[1]  # 520 pairs: approximation
+    assert math.isclose(exact, approx, rel_tol=0.02)
+
+
+def test_expert_parallelism_times_the_moe_at_its_busiest_rank() -> None:
+    from service.catalog.builtin import builtin_snapshot
+    from service.core.planner.features import ServingFeatures
+    from service.core.serving.step_time import expert_parallel_imbalance
+
+    spec = builtin_snapshot().find_model("qwen3-30b-a3b").spec  # type: ignore[union-attr]
+    base = PlanRequest(model=spec, gpu=H100, tensor_parallel_size=2, max_model_len=8192)
+    tp = StepTimeModel.build(model=spec, gpu=H100, plan=plan(base), coefficients=COEFFS)
+    ep_plan = plan(replace(base, features=ServingFeatures(enable_expert_parallel=True)))
+    ep = StepTimeModel.build(model=spec, gpu=H100, plan=ep_plan, coefficients=COEFFS)
+    assert (tp.expert_parallel_ranks, ep.expert_parallel_ranks) == (1, 2)
+    weights = ep_plan.memory.weights_bytes
+    experts, top_k = spec.num_experts, spec.num_experts_per_tok
+    dense = weights * spec.num_active_parameters / spec.num_parameters  # type: ignore[operator]
+    per_expert = (weights - dense) / (experts - top_k)  # type: ignore[operator]
+    for tokens in (1, 16, 256):
+        touched = experts * (1 - (1 - top_k / experts) ** tokens)  # type: ignore[operator]
+        factor, _ = expert_parallel_imbalance(experts, top_k, 2, tokens)  # type: ignore[arg-type]
+        expected = dense + per_expert * max(0.0, touched * factor - top_k)
+        assert math.isclose(ep.weight_bytes_touched(tokens), expected, rel_tol=1e-9)
+        assert ep.weight_bytes_touched(tokens) >= tp.weight_bytes_touched(tokens)
+    assert ep.step_seconds(_decode(1, 100)) > tp.step_seconds(_decode(1, 100))
+    dense_plan = plan(PlanRequest(model=LLAMA_31_8B, gpu=H100, tensor_parallel_size=2, max_model_len=8192))
+    assert (
+        StepTimeModel.build(
+            model=LLAMA_31_8B, gpu=H100, plan=dense_plan, coefficients=COEFFS
+        ).expert_parallel_ranks
+        == 1
+    )
