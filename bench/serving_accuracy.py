@@ -13,7 +13,9 @@ How a case becomes a simulation:
   engine profile the data names. When the source logged its KV-cache size, the block count is taken from it
   (``num_gpu_blocks_override`` = logged tokens ÷ block size) so the scheduler sees the real pool. When its
   start-up log says the GPUs lack P2P (``gpu_peer_to_peer: false``), the simulation is told so.
-* **Workload.** ``random`` as given (seed 0). The benchmark client's readiness probe (the first prompt, sent
+* **Workload.** Where the source's result file lists every request's prompt and generated tokens
+  (``request_lengths``, from ``--save-result``'s ``input_lens``/``output_lens``), exactly those. Otherwise
+  ``random`` as given (seed 0). The benchmark client's readiness probe (the first prompt, sent
   once before the timed run by the clients of releases before 0.14) leaves that prompt in V1's prefix cache;
   the simulator models it from the case's release, or from ``ready_check_timeout_sec`` / ``num_warmups``
   where the source states them. ``sharegpt``: kvcap's ShareGPT V3 length table, rescaled so the
@@ -114,6 +116,21 @@ def _sharegpt_explicit(bench: dict[str, Any], num_prompts: int) -> BenchmarkSpec
     )
 
 
+def _recorded_lengths(bench: dict[str, Any]) -> BenchmarkSpec:
+    """The run's own per-request (prompt, generated) token counts, where its result file lists them
+    (``input_lens`` / ``output_lens`` of ``--save-result``): the exact workload instead of a length table. A
+    request that generated nothing still prefilled its prompt: it is simulated with one output token."""
+    pairs = tuple((max(1, int(p)), max(1, int(o))) for p, o in bench["request_lengths"])
+    return BenchmarkSpec(
+        dataset_name="explicit",
+        num_prompts=len(pairs),
+        request_rate=_rate(bench.get("request_rate")),
+        max_concurrency=bench.get("max_concurrency"),
+        requests=pairs,
+        **_client_warmup(bench),
+    )
+
+
 def _client_warmup(bench: dict[str, Any]) -> dict[str, Any]:
     """The client's ``--ready-check-timeout-sec`` / ``--num-warmups`` where the source states them (the
     release's client default otherwise: ``simulate.client_primes_first_prompt``)."""
@@ -170,7 +187,9 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
     if logged:
         blocks = int(logged) // first.kv_cache.block_size + (0 if first.settings.profile == "ideal" else 1)
         request = PlanRequest(**{**settings, "num_gpu_blocks_override": blocks})
-    if bench.get("dataset_name") == "sharegpt":
+    if bench.get("request_lengths"):
+        spec = _recorded_lengths(bench)
+    elif bench.get("dataset_name") == "sharegpt":
         spec = _sharegpt_explicit(bench, num_prompts)
     else:
         spec = BenchmarkSpec(

@@ -38,3 +38,29 @@ def test_held_back_v1_one_host_medians_meet_the_bars(outcomes: list[CaseOutcome]
     assert summary.cases >= 10
     for metric in METRICS:
         assert summary.median_abs_error[metric] <= BARS[metric], (metric, summary.median_abs_error[metric])
+
+
+def test_a_case_with_its_result_files_request_lengths_is_simulated_on_exactly_those() -> None:
+    from bench.serving_accuracy import prepare
+    from service.catalog.builtin import builtin_snapshot
+
+    case = {
+        "id": "lengths",
+        "split": "held_back",
+        "model": "llama-3.1-8b",
+        "gpu": "h100-sxm-80gb",
+        "engine": "vllm-0.12",
+        "benchmark": {
+            "dataset_name": "sharegpt",
+            "num_prompts": 3,
+            "request_rate": "inf",
+            "request_lengths": [[14, 129], [30, 0], [5, 8]],
+        },
+        "measured": {"output_throughput": 100.0},
+    }
+    prepared = prepare(case, builtin_snapshot())
+    assert not isinstance(prepared, str), prepared
+    spec = prepared.benchmark
+    # A request that generated nothing still prefilled its prompt: one output token.
+    assert spec.dataset_name == "explicit" and spec.requests == ((14, 129), (30, 1), (5, 8))
+    assert spec.num_prompts == 3 and spec.request_rate == float("inf")
