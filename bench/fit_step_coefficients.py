@@ -1,4 +1,4 @@
-"""Fit the eight ``StepCoefficients`` on the FIT split of ``tests/data/serving-benchmarks.json`` (stdlib only).
+"""Fit the nine ``StepCoefficients`` on the FIT split of ``tests/data/serving-benchmarks.json`` (stdlib only).
 
 Objective: the weighted mean over fit cases and metrics (``output_throughput``, ``mean_tpot_ms``,
 ``mean_ttft_ms``) of ``min(|log(predicted / measured)|, log 3)`` — an L1 loss on log error, capped so that a few
@@ -46,7 +46,8 @@ from service.core.serving import DEFAULT_STEP_COEFFICIENTS, StepCoefficients
 # A100/H100); large bf16 GEMMs 40–90 % of dense peak (cuBLAS); FlashAttention 20–80 %; CPU work per step
 # 0.1–20 ms and per request 0.1–200 µs; host dispatch of one decoder layer under piecewise CUDA graphs (one
 # eager attention call from Python and one graph replay, PyTorch ≈ 10–50 µs per eager op) 10–500 µs; the fixed
-# GPU time of one small kernel (launch gap, block scheduling, ramp and tail) 0.5–10 µs.
+# GPU time of one small kernel (launch gap, block scheduling, ramp and tail) 0.5–10 µs; the API server's part of
+# a request's round trip (HTTP, tokenising, IPC to the engine core, detokenising, SSE) 0.5–30 ms.
 BOUNDS = {
     "bandwidth_efficiency": (0.6, 0.95),
     "compute_efficiency": (0.4, 0.9),
@@ -56,6 +57,7 @@ BOUNDS = {
     "per_request_seconds": (1e-7, 2e-4),
     "layer_dispatch_seconds": (1e-5, 5e-4),
     "kernel_floor_seconds": (5e-7, 1e-5),
+    "request_latency_seconds": (5e-4, 0.03),
 }
 CAP = math.log(3.0)
 

@@ -16,7 +16,8 @@ samples (exact quantiles of a linear series), not one value per token.
 
 The client gate (``--max-concurrency``) sends a request at ``max(scheduled send time, a slot frees)``; slots
 free when a request's last token arrives (``serve.py::limited_request_func`` holds the semaphore for the whole
-request).
+request). A sent request reaches the engine ``request_latency_seconds`` later (the API server's share of its
+round trip, ``step_time.StepCoefficients``): its TTFT and E2EL include that time, its inter-token gaps do not.
 """
 
 from __future__ import annotations
@@ -143,6 +144,9 @@ class Engine:
         self.max_model_len = max_model_len
         self.max_iterations = max_iterations
         self.pending: deque[SimRequest] = deque(sorted(requests, key=lambda r: (r.arrival_seconds, r.index)))
+        # Sent, not yet at the engine: (engine arrival, request), in send order (``request_latency_seconds``).
+        self.latency = step_model.coefficients.request_latency_seconds  # not scaled by time_scale (no step)
+        self.transit: deque[tuple[float, SimRequest]] = deque()
         self.clock = 0.0
         self.failed: list[int] = []
         self.itl_samples: list[tuple[float, float]] = []
@@ -194,12 +198,19 @@ class Engine:
                 self.failed.append(request.index)
                 self.gate.release(request.send_seconds)
                 continue
-            self.scheduler.waiting.append(request)
+            if self.latency:
+                self.transit.append((request.send_seconds + self.latency, request))
+            else:
+                self.scheduler.waiting.append(request)
+        while self.transit and self.transit[0][0] <= self.clock:
+            self.scheduler.waiting.append(self.transit.popleft()[1])
 
     def _next_send_seconds(self) -> float:
+        """The next time a request reaches the engine or is sent towards it (a safe bound either way)."""
+        at = self.transit[0][0] if self.transit else math.inf
         if self.pending and self.gate.has_slot():
-            return self.pending[0].arrival_seconds
-        return math.inf
+            return min(at, self.pending[0].arrival_seconds)
+        return at
 
     def _finish(self, request: SimRequest) -> None:
         """The client has its last token. Under async scheduling the scheduler had already given the request
@@ -252,9 +263,9 @@ class Engine:
         while True:
             self._send_due()
             if not s.running and not s.waiting:
-                if not self.pending:
+                if not self.pending and not self.transit:
                     break
-                self.clock = max(self.clock, self.pending[0].arrival_seconds)
+                self.clock = max(self.clock, self._next_send_seconds())
                 continue
             self.num_iterations += 1
             if self.num_iterations > self.max_iterations:

@@ -42,8 +42,8 @@ RESERVE_FULL_SEQUENCE_FROM = (0, 19)
 # run...") and waited for it to finish before the timed run.
 READY_CHECK_OFF_BY_DEFAULT_FROM = (0, 14)
 # ± fraction around predicted throughput/latency: the largest held-back median |error| of ``make accuracy``
-# on the kind of case the coefficients are fitted on (V1, one host: TTFT 25.1 %, TPOT 3.6 %, throughput
-# 5.7 % on 2026-12-03, 86 cases; bench/serving_accuracy.py), rounded up. V0 engines and the TP runs of one author's
+# on the kind of case the coefficients are fitted on (V1, one host: TTFT 21.2 %, TPOT 3.2 %, throughput
+# 5.1 % on 2026-12-03, 86 cases; bench/serving_accuracy.py), rounded up. V0 engines and the TP runs of one author's
 # pods (some without GPU P2P) err more (see the README).
 ERROR_BAND_RATIO = 0.30
 

@@ -21,6 +21,7 @@ from tests.core.model_cards import LLAMA_31_8B
 from tests.core.serving.test_step_time import H100
 
 COEFFS = StepCoefficients(
+    request_latency_seconds=0.0,  # the engine alone: TTFT = its steps
     bandwidth_efficiency=0.8,
     compute_efficiency=0.5,
     gemm_half_tokens=100.0,
@@ -403,3 +404,48 @@ def test_rate_searches_never_assume_a_primed_cache() -> None:
     finally:
         search_module.simulate = real  # type: ignore[assignment]
     assert seen and all(spec.ready_check_timeout_sec == 0 and spec.num_warmups == 0 for spec in seen)
+
+
+def test_the_request_latency_adds_to_ttft_and_e2el_but_not_to_inter_token_gaps() -> None:
+    from dataclasses import replace as dc_replace
+
+    request = _request(async_scheduling=False)
+    p = plan(request)
+    spec = BenchmarkSpec(dataset_name="explicit", num_prompts=1, requests=((100, 10),))
+    base = simulate(request, spec, plan=p, coefficients=COEFFS).result
+    late = simulate(
+        request, spec, plan=p, coefficients=dc_replace(COEFFS, request_latency_seconds=0.01)
+    ).result
+    assert math.isclose(late.mean_ttft_ms, base.mean_ttft_ms + 10.0, rel_tol=1e-9)
+    assert math.isclose(late.mean_e2el_ms, base.mean_e2el_ms + 10.0, rel_tol=1e-9)
+    assert math.isclose(late.mean_tpot_ms, base.mean_tpot_ms, rel_tol=1e-9)
+    # Behind --max-concurrency 1 the next request reaches the engine that much after the slot frees.
+    two = BenchmarkSpec(
+        dataset_name="explicit", num_prompts=2, requests=((100, 10), (100, 10)), max_concurrency=1
+    )
+    serial = simulate(request, two, plan=p, coefficients=COEFFS).result
+    serial_late = simulate(
+        request, two, plan=p, coefficients=dc_replace(COEFFS, request_latency_seconds=0.01)
+    ).result
+    assert math.isclose(serial_late.duration, serial.duration + 0.02, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=60, request_rate=8.0, seed=2),
+        BenchmarkSpec(num_prompts=30, random_input_len=500, random_output_len=80, max_concurrency=4),
+    ],
+)
+def test_closed_form_stretches_match_step_by_step_with_a_request_latency(spec: BenchmarkSpec) -> None:
+    from dataclasses import replace as dc_replace
+
+    request = _request()
+    coefficients = dc_replace(COEFFS, request_latency_seconds=0.004)
+    fast = simulate(request, spec, coefficients=coefficients)
+    slow = simulate(request, spec, coefficients=coefficients, step_by_step=True)
+    assert fast.num_steps == slow.num_steps
+    for key in ("duration", "mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "p99_ttft_ms", "mean_itl_ms"):
+        assert math.isclose(getattr(fast.result, key), getattr(slow.result, key), rel_tol=1e-9), key
+    without = simulate(request, spec, coefficients=COEFFS)
+    assert fast.result.mean_ttft_ms > without.result.mean_ttft_ms
