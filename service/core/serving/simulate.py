@@ -192,6 +192,11 @@ def _assumptions(
         if s.async_scheduling
         else "synchronous scheduling: CPU work adds to every step",
     ]
+    if coefficients.request_latency_seconds:
+        lines.append(
+            f"each request reaches the engine {coefficients.request_latency_seconds * 1e3:.1f} ms after it is "
+            "sent (the API server's part of its round trip: in TTFT and E2EL, not between tokens)"
+        )
     if s.tensor_parallel_size > 1 and not gpu_peer_to_peer:
         lines.append("no GPU P2P: NCCL all-reduces go through host shared memory, custom all-reduce is off")
     if s.pipeline_parallel_size > 1:
