@@ -126,6 +126,9 @@ def _job(deployment: DeploymentRead, change: ReplanRequest) -> ReplanJob:
         overrides["engine"] = change.engine
     if change.gpu is not None:
         overrides["gpu"] = change.gpu
+        if current.pipeline_stage_gpus:
+            # "Another GPU type" for a pipeline over different GPUs: every stage on that GPU.
+            overrides["pipeline_stage_gpus"] = None
     new = current.model_copy(update=overrides)
     if deployment.workload is None or new.gpu is None:
         return ReplanJob(deployment=deployment, current=current, new=new, recommend=None)

@@ -327,3 +327,38 @@ async def test_the_work_runs_off_the_event_loop_in_chunks(
         assert answer.status_code == 200
         assert [n for _, _, n in threads] == [2, 2, 1]
         assert all(ident != loop_thread for _, ident, _ in threads)
+
+
+async def test_another_gpu_moves_a_mixed_gpu_pipeline_onto_that_gpu(client: httpx.AsyncClient) -> None:
+    # A pipeline over different GPUs has no workload recommendation (one GPU kind is timed and priced), so its
+    # replan re-plans the same shape; another GPU puts every stage on that GPU.
+    mixed = deployment(
+        "mixed",
+        model="llama-3.1-70b",
+        gpu="a100-sxm4-40gb",
+        tensor_parallel_size=2,
+        pipeline_parallel_size=2,
+        pipeline_stage_gpus=["a100-sxm4-40gb", "a100-sxm4-80gb"],
+        replicas=1,
+        workload=None,
+    )
+    await register(client, mixed)
+    result = await replan(client, gpu=H100, simulate=False)
+    got = by_name(result)["mixed"]
+    assert got["status"] != "error", json.dumps(got)
+    plan = await client.post(
+        "/v1/plans",
+        json={
+            "model": "llama-3.1-70b",
+            "gpu": H100,
+            "tensor_parallel_size": 2,
+            "pipeline_parallel_size": 2,
+            "max_model_len": 8192,
+        },
+    )
+    assert plan.status_code == 200, plan.text
+    assert got["new"]["gpu"] == H100 and got["new"]["fits"] is plan.json()["fits"] is True
+    assert got["new"]["gpus"] == 1 * 2 * 2 and got["current"]["gpus"] == 4
+    assert got["new"]["cost_per_hour_usd"] == pytest.approx(4 * await price(client, H100))
+    current = await client.get("/v1/deployments/llm/mixed")
+    assert current.json()["pipeline_stage_gpus"] == ["a100-sxm4-40gb", "a100-sxm4-80gb"]  # nothing stored
