@@ -171,6 +171,31 @@ def sampler_sorts(engine: EngineProfile, requests: int) -> bool:
     return requests < 8
 
 
+def sampler_logits_bytes(
+    model: ModelSpec,
+    *,
+    engine: EngineProfile,
+    requests: int,
+    dtype: str | None = None,
+    coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS,
+) -> int:
+    """What ``GPUModelRunner._dummy_sampler_run`` allocates for ``requests`` rows of ``vocab`` logits.
+
+    ``compute_logits`` gives model-dtype logits ``[requests, vocab]``; the sampler (top-k = vocab − 1, top-p 0.9,
+    temperature 0.5) adds per logit the fp32 copy, the probabilities and the exponential noise
+    (``sampler_bytes_per_logit``, fitted), and the sort workspaces when the release sorts (``sampler_sorts``).
+    The profile run and the warm-up after the KV cache both run it (module docstring; ``gpu_worker.py``
+    ``compile_or_warm_up_model``), so one formula serves both::
+
+        requests × vocab × (dtype bytes + sampler_bytes_per_logit [+ sort_bytes_per_logit])
+    """
+    c = coefficients
+    b = MODEL_DTYPE_BYTES[normalize_model_dtype(dtype or model.torch_dtype)]
+    sorts = sampler_sorts(engine, requests)
+    per_logit = b + c.sampler_bytes_per_logit + (c.sort_bytes_per_logit if sorts else 0.0)
+    return int(requests * model.vocab_size * per_logit)
+
+
 def naive_dp_dispatch(engine: EngineProfile, data_parallel_size: int) -> bool:
     """vLLM 0.10 V1 with DP > 1: ``FusedMoE.forward_impl`` gathers every DP rank's tokens before the experts
     (``do_naive_dispatch_combine``; ``VLLM_ALL2ALL_BACKEND`` defaults to ``naive``, whose ``naive_multicast``
@@ -337,7 +362,11 @@ def estimate_overheads(
     resident = moe if persists else 0
     sorts = sampler_sorts(engine, requests)
     per_logit = b + c.sampler_bytes_per_logit + (c.sort_bytes_per_logit if sorts else 0.0)
-    sampler = int(requests * model.vocab_size * per_logit) if last_stage else 0
+    sampler = (
+        sampler_logits_bytes(model, engine=engine, requests=requests, dtype=dtype, coefficients=c)
+        if last_stage
+        else 0
+    )
     hidden_states = tokens * per.hidden
     peak = int(c.activation_scale * (max(forward, sampler + hidden_states) + resident))
     low_a, high_a = c.activation_band

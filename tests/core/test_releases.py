@@ -280,17 +280,19 @@ L4 = GpuSpec(name="L4", memory_bytes=22 * GIB, compute_capability="8.9")
 
 
 @pytest.mark.parametrize(
-    ("engine", "utilisation", "enforce_eager", "warned"),
+    ("engine", "utilisation", "enforce_eager", "outcome"),
     [
-        ("vllm-0.19", 0.995, False, True),  # graphs captured after the KV cache, in the 0.5 % left over
-        ("vllm-0.7", 0.995, False, True),
-        ("vllm-0.19", 0.9, False, False),  # 2.2 GiB of headroom holds them
-        ("vllm-0.19", 0.995, True, False),  # --enforce-eager captures nothing
-        ("vllm-0.20", 0.995, False, False),  # 0.20+ subtracts the estimate from the budget instead
+        # V1 before 0.20: graphs captured after the KV cache, then the sampler warmed up; 0.5 % left over plus the
+        # freed activation peak cannot hold the graphs (test_failed_starts: the warm-up check)
+        ("vllm-0.19", 0.995, False, "cudagraph_capture_oom"),
+        ("vllm-0.7", 0.995, False, "cudagraph_capture_may_oom"),  # V0: no sampler warm-up after the capture
+        ("vllm-0.19", 0.9, False, None),  # 2.2 GiB of headroom holds them
+        ("vllm-0.19", 0.995, True, None),  # --enforce-eager captures nothing
+        ("vllm-0.20", 0.995, False, None),  # 0.20+ subtracts the estimate from the budget instead
     ],
 )
-def test_cuda_graph_capture_that_cannot_fit_the_headroom_is_a_warning(
-    engine: str, utilisation: float, enforce_eager: bool, warned: bool
+def test_cuda_graph_capture_that_cannot_fit_the_headroom_is_flagged(
+    engine: str, utilisation: float, enforce_eager: bool, outcome: str | None
 ) -> None:
     result = plan(
         PlanRequest(
@@ -302,8 +304,13 @@ def test_cuda_graph_capture_that_cannot_fit_the_headroom_is_a_warning(
             enforce_eager=enforce_eager,
         )
     )
-    assert result.fits
-    assert any(m.code == "cudagraph_capture_may_oom" for m in result.messages) is warned
+    flagged = [
+        m.code
+        for m in result.messages
+        if m.code in ("cudagraph_capture_may_oom", "cudagraph_capture_oom", "sampler_warmup_oom")
+    ]
+    assert flagged == ([outcome] if outcome else [])
+    assert result.fits is (outcome != "cudagraph_capture_oom")
 
 
 # Qwen2.5-72B-Instruct config.json: intermediate_size 29,568 = 231 groups of 128; its AWQ / GPTQ checkpoints

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.engines import EngineProfile
-from service.core.overheads import estimate_cudagraph
+from service.core.overheads import Estimate, estimate_cudagraph, sampler_logits_bytes
 from service.core.planner.blocks import Blocks, Concurrency, LengthCheck
 from service.core.planner.memory import MemoryBudget
 from service.core.planner.results import Message, gib
@@ -107,6 +108,8 @@ def judge(
                 ),
             )
         )
+    if not any(m.level == "error" for m in (*earlier, *messages)):
+        messages.extend(_warm_up_after_kv_cache(settings, memory))
     fits = not any(m.level == "error" for m in (*earlier, *messages))
     if fits:
         messages.extend(_cudagraph_headroom(settings, memory, blocks))
@@ -144,6 +147,95 @@ def _v0_watermark(settings: Settings, blocks: Blocks, capacity: Concurrency) -> 
     ]
 
 
+def _graph_estimate(settings: Settings, layers: tuple[int, int], largest_batch: int) -> Estimate:
+    gpu = settings.gpu
+    return estimate_cudagraph(
+        settings.model,
+        engine=settings.engine,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        layers_on_rank=layers[1] - layers[0],
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=largest_batch,
+        dtype=settings.dtype,
+        blackwell=gpu is not None and is_datacenter_blackwell(gpu),
+        coefficients=settings.coefficients,
+    )
+
+
+def _warm_up_after_kv_cache(settings: Settings, memory: MemoryBudget) -> list[Message]:
+    """V1 before 0.20: the CUDA graphs and the sampler warm-up must fit in what the KV cache left.
+
+    ``gpu_worker.py::compile_or_warm_up_model`` (v0.19.0; the same order from the first V1 worker of 0.8 on)
+    runs after ``initialize_from_config`` allocated the KV cache: ``capture_model()``, then on the last pipeline
+    rank ``_dummy_run(min(max_num_seqs, max_num_batched_tokens), cudagraph_runtime_mode=NONE)`` and
+    ``_dummy_sampler_run`` on those rows (``gpu_model_runner.py``), whose out-of-memory error is re-raised as
+    "CUDA out of memory occurred when warming up sampler with {num_reqs} dummy requests. …". The KV cache took
+    the budget less the profiled terms, so what is left on the device is the ``1 − gpu_memory_utilization``
+    share plus the activation peak the profile charged (free again after ``profile_run``). Before 0.20 the
+    graphs are not charged to the budget (estimated from 0.19, subtracted from 0.20), so they come out of it::
+
+        left     = (total − budget) + activation peak
+        warm-up  = CUDA graphs + R × vocab × B/logit (``sampler_logits_bytes``) + R × hidden × dtype bytes
+
+    The profile run sampled the same R rows (``profile_run`` → ``_dummy_sampler_run(last_hidden_states)``, one
+    row per dummy request), so without graphs the warm-up always fits; with them it fails once the graphs eat
+    more than ``left − sampler``, and the capture itself fails first once they exceed ``left``. ``left`` is an
+    upper bound: memory held before the profiling snapshot (CUDA context, NCCL communicators from 0.11) and the
+    caching allocator's fragmentation are not modelled, so the check errs towards "starts".
+    """
+    engine, gpu = settings.engine, settings.gpu
+    if (
+        gpu is None
+        or settings.device == "cpu"
+        or settings.enforce_eager
+        or settings.kv_cache_memory_bytes is not None
+        or not engine.overheads
+        or engine.v0
+        or engine.subtracts_cudagraphs
+    ):
+        return []
+    last = memory.stages[-1]
+    requests = min(settings.max_num_seqs, settings.max_num_batched_tokens)
+    graphs = _graph_estimate(settings, last.layers, settings.max_num_batched_tokens)
+    b = MODEL_DTYPE_BYTES[normalize_model_dtype(settings.dtype or settings.model.torch_dtype)]
+    sampler = sampler_logits_bytes(
+        settings.model,
+        engine=engine,
+        requests=requests,
+        dtype=settings.dtype,
+        coefficients=settings.coefficients,
+    )
+    need = sampler + requests * settings.model.hidden_size * b
+    headroom = last.total_bytes - last.budget_bytes
+    left = int(headroom + last.overheads.activation.bytes)
+    if graphs.bytes + need <= left:
+        return []
+    figures = (
+        f"after the KV cache {gib(left)} GiB are left ({gib(headroom)} GiB outside the gpu_memory_utilization "
+        f"budget + the {gib(last.overheads.activation.bytes)} GiB activation peak); CUDA graphs take about "
+        f"{gib(graphs.bytes)} GiB ({graphs.formula})"
+    )
+    if graphs.bytes > left:
+        return [
+            Message(
+                level="error",
+                code="cudagraph_capture_oom",
+                text=f"CUDA out of memory while capturing CUDA graphs: {figures}. Lower gpu_memory_utilization or pass --enforce-eager.",
+            )
+        ]
+    return [
+        Message(
+            level="error",
+            code="sampler_warmup_oom",
+            text=(
+                f"CUDA out of memory occurred when warming up sampler with {requests} dummy requests. Please try "
+                "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine. "
+                f"({figures}, the warm-up's logits and hidden states {gib(need)} GiB more.)"
+            ),
+        )
+    ]
+
+
 def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks) -> list[Message]:
     """A start that passes every check but whose CUDA-graph capture may not fit.
 
@@ -169,17 +261,7 @@ def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks
         if engine.v0
         else settings.max_num_batched_tokens
     )
-    estimate = estimate_cudagraph(
-        settings.model,
-        engine=engine,
-        tensor_parallel_size=settings.tensor_parallel_size,
-        layers_on_rank=stage.layers[1] - stage.layers[0],
-        max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=largest_batch,
-        dtype=settings.dtype,
-        blackwell=is_datacenter_blackwell(gpu),
-        coefficients=settings.coefficients,
-    )
+    estimate = _graph_estimate(settings, stage.layers, largest_batch)
     headroom = memory.total_bytes - memory.budget_bytes
     if estimate.bytes <= headroom:
         return []
