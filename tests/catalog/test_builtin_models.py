@@ -78,6 +78,17 @@ def test_distilled_and_coder_entries_keep_their_base_shapes_and_context() -> Non
     assert long.sliding_window is None
 
 
+def test_deepseek_coder_v2_lite_has_deepseek_v2_lites_shapes() -> None:
+    # config.json of DeepSeek-Coder-V2-Lite-Instruct (copies cited in the entry): MLA 512 + 64, 27 layers, 64 routed +
+    # 2 shared experts of 1408, top-6, one dense layer of 10944, 163840 positions (yarn 40 × 4096).
+    coder, base = _spec("deepseek-coder-v2-lite"), _spec("deepseek-v2-lite")
+    assert (coder.kv_lora_rank, coder.qk_rope_head_dim, coder.num_hidden_layers) == (512, 64, 27)
+    assert (coder.num_experts, coder.num_shared_experts, coder.num_experts_per_tok) == (64, 2, 6)
+    assert (coder.moe_intermediate_size, coder.intermediate_size) == (1408, 10944)
+    assert coder.max_position_embeddings == 163840 == 4096 * 40
+    assert coder.num_parameters == base.num_parameters
+
+
 def test_every_built_in_record_names_its_source() -> None:
     for record in builtin_model_records():
         assert str(record.get("source", "")).startswith("https://"), record["name"]
@@ -95,6 +106,7 @@ def test_every_built_in_record_names_its_source() -> None:
         ("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3-coder-30b-a3b", "fp8"),
         ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1-distill-qwen-32b", None),
         ("Qwen/Qwen2.5-7B-Instruct-1M", "qwen2.5-7b-instruct-1m", None),
+        ("deepseek-ai/DeepSeek-Coder-V2-Lite-Instruct", "deepseek-coder-v2-lite", None),
     ],
 )
 def test_published_names_resolve(ref: str, name: str, quantization: str | None) -> None:

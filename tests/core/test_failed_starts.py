@@ -356,6 +356,17 @@ def test_each_pipeline_stage_is_budgeted_on_its_own_gpu() -> None:
         plan(replace(base, pipeline_stage_gpus=(large, small)))
 
 
+def test_deepseek_coder_v2_lite_on_two_l40s_is_refused_at_its_full_context() -> None:
+    # Case 2041 (vllm-project/vllm#6156, July 2024, V0 before MLA): 163840 tokens of per-head K and V (16 heads
+    # over TP 2, padded to 256, 27 layers: 221184 B a token) are more than the cache holds on a 48 GB L40.
+    by_id = {v.case_id: v for v in VERDICTS}
+    verdict = by_id[2041]
+    assert verdict.fits is False and verdict.predicted_class == "one_request_does_not_fit"
+    assert verdict.predicted_text.startswith(
+        "The model's max seq len (163840) is larger than the maximum number"
+    )
+
+
 def test_refusals_older_than_the_oldest_modelled_release_are_not_judged() -> None:
     # Cases 6, 7 and 30 are V0 refusals of February – March 2024 (vLLM 0.3): no kvcap profile has their rules.
     by_id = {v.case_id: v for v in VERDICTS}
