@@ -165,8 +165,9 @@ def _graph_estimate(settings: Settings, layers: tuple[int, int], largest_batch: 
 def _warm_up_after_kv_cache(settings: Settings, memory: MemoryBudget) -> list[Message]:
     """V1 before 0.20: the CUDA graphs and the sampler warm-up must fit in what the KV cache left.
 
-    ``gpu_worker.py::compile_or_warm_up_model`` (v0.19.0; the same order from the first V1 worker of 0.8 on)
-    runs after ``initialize_from_config`` allocated the KV cache: ``capture_model()``, then on the last pipeline
+    ``gpu_worker.py::compile_or_warm_up_model`` (read in the V1 worker of 0.8 and in a main after 0.19; the 0.19.0
+    logs of cases 2031/2032 show the same order: "CUDA graph pool memory", then the warm-up's OOM) runs after
+    ``initialize_from_config`` allocated the KV cache: ``capture_model()``, then on the last pipeline
     rank ``_dummy_run(min(max_num_seqs, max_num_batched_tokens), cudagraph_runtime_mode=NONE)`` and
     ``_dummy_sampler_run`` on those rows (``gpu_model_runner.py``), whose out-of-memory error is re-raised as
     "CUDA out of memory occurred when warming up sampler with {num_reqs} dummy requests. …". The KV cache took
