@@ -1031,6 +1031,9 @@ MESSAGE_CLASSES: dict[str, str] = {
 # plannable), then the 0.5 line, before 0.7.0 the 0.6 line, else 0.7 (the last release whose default engine was
 # V0).
 V05_RELEASED = "2024-06-11"
+V053_RELEASED = (
+    "2024-07-23"  # the first 0.5 release that may carry vllm PR #6666 (long-context chunked prefill)
+)
 V06_RELEASED = "2024-09-04"
 V07_RELEASED = "2025-01-27"
 
@@ -1046,8 +1049,8 @@ def failure_class(text: str) -> str:
 def verdict_engine(case: dict[str, Any]) -> str | None:
     """The release a case's verdict is checked under: the logged version (any release kvcap models, the V0 ones
     included: the verdict needs no memory figures); else the failure's wording — the V0 refusal "The model's max
-    seq len … is larger than the maximum number of tokens" is the 0.5 line before 0.6.0's release date and 0.6
-    after; "models's" is 0.10 – 0.21 (``vllm-0.11``); anything else a V1 log of a recent release (the newest)."""
+    seq len … is larger than the maximum number of tokens" is the 0.5 line before 0.6.0's release date (0.5.0 –
+    0.5.2's rules before 0.5.3's) and 0.6 after; "models's" is 0.10 – 0.21 (``vllm-0.11``); anything else a V1 log of a recent release (the newest)."""
     version = _version(case.get("vllm_version"))
     if version is not None:
         if version[:2] < OLDEST_VERSION:
@@ -1059,6 +1062,8 @@ def verdict_engine(case: dict[str, Any]) -> str | None:
         date = str(case.get("source_date") or "")
         if date < V05_RELEASED:
             return None
+        if date < V053_RELEASED:
+            return "vllm-0.5.2"  # 0.5.0 – 0.5.2 share the rules (no long-context chunked prefill by default)
         return "vllm-0.5" if date < V06_RELEASED else "vllm-0.6" if date < V07_RELEASED else "vllm-0.7"
     if "models's" in text:
         return "vllm-0.11"

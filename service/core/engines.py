@@ -20,9 +20,9 @@ to 0), and V0 was removed in 0.11: so ``vllm-0.8`` … ``vllm-0.10`` mean V1 and
 Inside a profile the exact release still matters for a few details, so the profile carries the flags for the
 release that was asked for (``ceil`` of the requested budget from 0.15, the 1.25/1.5 group-size rule, the
 token count formula of 0.21, the in-flight term of 0.28, the null block in the refusal check of 0.30 …). A
-patch release is kept where the rules changed inside a minor line (``vllm-0.6.3``: the profiler and block
-sizes before 0.6.4; ``vllm-0.7.0``: DeepSeek's MLA layers cached per head before 0.7.1); a bare minor means its
-last patch release.
+patch release is kept where the rules changed inside a minor line (``vllm-0.5.2``: no long-context chunked
+prefill by default before 0.5.3; ``vllm-0.6.3``: the profiler and block sizes before 0.6.4; ``vllm-0.7.0``:
+DeepSeek's MLA layers cached per head before 0.7.1); a bare minor means its last patch release.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ _ENGINE_PATTERN = re.compile(
     r"^(?:vllm[-_ ]?)?v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.\d+)*(?:\.?post\d+)?(?:[-_ ]?(v0|v1))?$"
 )
 # Patch releases inside a minor line whose rules differ from the line's last release (see ``_release_rules``).
-_PATCH_MATTERS_BELOW = {(0, 6): 4, (0, 7): 1}
+# Patch releases whose rules differ from their line's last: 0.5.0 – 0.5.2 (no long-context chunked prefill by
+# default), 0.6.0 – 0.6.3, 0.7.0.
+_PATCH_MATTERS_BELOW = {(0, 5): 3, (0, 6): 4, (0, 7): 1}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +101,10 @@ class EngineProfile:
     v0_chunked_prefill_batched_tokens: int = (
         2048  # SchedulerConfig default with chunked prefill (512 before 0.7)
     )
+    # V0 turns chunked prefill on by itself above ``chunked_prefill_above_tokens`` (``use_long_context``): from
+    # vllm PR #6666 ("Enable chunked prefill by default for long context models", merged 2024-07-23, after
+    # 0.5.2 of 2024-07-15); 0.5.0 – 0.5.2 profile a whole max_model_len prompt unless asked.
+    v0_long_context_chunked_prefill: bool = True
     block_size_choices: tuple[int, ...] | None = None  # --block-size argparse choices (None: not checked)
     auto_dtype_keeps_bf16: bool = False  # dtype "auto" keeps a bf16 config even on GPUs without bf16 (≤ 0.7)
     checks_quantization_capability: bool = False  # the loader's minimum-capability table was read (≤ 0.7)
@@ -304,6 +310,7 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         mla_forces_flashmla=rules < (0, 19),
         release=release,
         v0_chunked_prefill_batched_tokens=512 if rules < (0, 7) else 2048,
+        v0_long_context_chunked_prefill=release >= (0, 5, 3),
         block_size_choices=_v0_block_size_choices(release) if rules < V1_DEFAULT_SINCE else None,
         auto_dtype_keeps_bf16=rules < V1_DEFAULT_SINCE,
         checks_quantization_capability=rules < V1_DEFAULT_SINCE,

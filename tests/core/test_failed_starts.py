@@ -359,8 +359,11 @@ def test_each_pipeline_stage_is_budgeted_on_its_own_gpu() -> None:
 def test_deepseek_coder_v2_lite_on_two_l40s_is_refused_at_its_full_context() -> None:
     # Case 2041 (vllm-project/vllm#6156, July 2024, V0 before MLA): 163840 tokens of per-head K and V (16 heads
     # over TP 2, padded to 256, 27 layers: 221184 B a token) are more than the cache holds on a 48 GB L40.
+    # Dated 2024-07-08, the refusal is judged under 0.5.0 – 0.5.2's rules: no chunked prefill by default, so the
+    # profile runs one 163840-token prompt.
     by_id = {v.case_id: v for v in VERDICTS}
     verdict = by_id[2041]
+    assert verdict.engine == "vllm-0.5.2"
     assert verdict.fits is False and verdict.predicted_class == "one_request_does_not_fit"
     assert verdict.predicted_text.startswith(
         "The model's max seq len (163840) is larger than the maximum number"

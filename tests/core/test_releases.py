@@ -422,3 +422,22 @@ def test_async_scheduling_is_the_default_from_0_14_except_with_pipeline_parallel
         model=LLAMA_31_8B, engine=engine, max_model_len=4096, device="cpu", kv_cache_memory_bytes=4 * GIB
     )
     assert resolve_settings(cpu).async_scheduling is False  # the CPU backend is excluded in every release
+
+
+@pytest.mark.parametrize(
+    ("engine", "batched"), [("vllm-0.5.1", 163840), ("vllm-0.5.2", 163840), ("vllm-0.5", 512)]
+)
+def test_long_context_chunked_prefill_is_a_default_from_0_5_3(engine: str, batched: int) -> None:
+    # vllm PR #6666 (merged 2024-07-23, after 0.5.2): V0 turns chunked prefill on above 32K tokens (512 batched
+    # tokens before 0.7); before it a batch holds a whole max_model_len prompt, max(max_model_len, 2048).
+    snapshot = builtin_snapshot()
+    settings = resolve_settings(
+        PlanRequest(
+            model=snapshot.models["deepseek-v2-lite"].spec,
+            gpu=snapshot.gpus["l40"].spec,
+            engine=engine,
+            max_model_len=163840,
+        )
+    )
+    assert settings.max_num_batched_tokens == batched
+    assert resolve_engine("vllm-0.5.3").engine == resolve_engine("vllm-0.5").engine == "vllm-0.5"

@@ -313,9 +313,15 @@ def _batch(request: PlanRequest, engine: EngineProfile, max_len: int) -> tuple[i
 
 def v0_chunked_prefill(engine: EngineProfile, model: ModelSpec, device: str, max_len: int) -> bool:
     """V0 turns chunked prefill on by itself for contexts over 32K, on GPUs, without a sliding window
-    (``EngineArgs.create_engine_config``: ``use_long_context``, 0.5.5 – 0.10)."""
+    (``EngineArgs.create_engine_config``: ``use_long_context``, 0.5.5 – 0.10; from 0.5.3, vllm PR #6666)."""
     above = engine.chunked_prefill_above_tokens
-    return above is not None and max_len > above and device != "cpu" and model.sliding_window is None
+    return (
+        above is not None
+        and engine.v0_long_context_chunked_prefill
+        and max_len > above
+        and device != "cpu"
+        and model.sliding_window is None
+    )
 
 
 def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:
