@@ -185,6 +185,47 @@ def _peak_tokens_per_second(
     return max(buckets.values()) if buckets else 0.0
 
 
+class LatencySummary(NamedTuple):
+    """The TTFT and TPOT statistics of ``calculate_metrics`` alone (an SLO check needs no other figure);
+    each equals the ``BenchmarkResult`` field of the same name, computed the same way."""
+
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    p99_tpot_ms: float
+
+
+def _location_stats(values_seconds: Sequence[float]) -> tuple[float, float, float]:
+    """``_stats`` without the standard deviation: (mean, median, p99) in milliseconds."""
+    ms = [v * 1000.0 for v in values_seconds]
+    if not ms:
+        return 0.0, 0.0, 0.0
+    ordered = sorted(ms)
+    return mean(ms), _percentile_of_sorted(ordered, 50.0), _percentile_of_sorted(ordered, RESULT_PERCENTILE)
+
+
+def latency_summary(outcomes: Sequence[RequestOutcome]) -> LatencySummary:
+    """``calculate_metrics``' TTFT and TPOT mean, median and p99, without the rest of the result."""
+    ok = [o for o in outcomes if o.success]
+    ttft = _location_stats([o.first_token_seconds - o.send_seconds for o in ok])
+    tpot = _location_stats(
+        [
+            (o.finish_seconds - o.first_token_seconds) / (o.output_tokens - 1)
+            for o in ok
+            if o.output_tokens > 1
+        ]
+    )
+    return LatencySummary(*ttft, *tpot)
+
+
+def request_throughput_of(outcomes: Sequence[RequestOutcome], *, duration_seconds: float) -> float:
+    """``calculate_metrics(...).request_throughput``: completed requests per second of the run."""
+    duration = duration_seconds if duration_seconds > 0 else 1e-12
+    return sum(1 for o in outcomes if o.success) / duration
+
+
 def calculate_metrics(
     outcomes: Sequence[RequestOutcome],
     *,

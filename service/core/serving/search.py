@@ -32,8 +32,19 @@ from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest
 from service.core.planner import plan as make_plan
 from service.core.serving.datasets import BenchmarkSpec
-from service.core.serving.metrics import BenchmarkResult
-from service.core.serving.simulate import SimulationResult, prepare_replica, simulate
+from service.core.serving.metrics import (
+    BenchmarkResult,
+    LatencySummary,
+    latency_summary,
+    request_throughput_of,
+)
+from service.core.serving.simulate import (
+    EngineRun,
+    SimulationResult,
+    prepare_replica,
+    run_benchmark,
+    summarize,
+)
 from service.core.serving.step_time import StepCoefficients
 
 PERCENTILES = ("p50", "p99", "mean")
@@ -57,7 +68,7 @@ class SloTarget:
             if value is not None and value <= 0:
                 raise InvalidSpec("must be > 0", field=f"slo.{name}")
 
-    def margin(self, result: BenchmarkResult) -> float:
+    def margin(self, result: BenchmarkResult | LatencySummary) -> float:
         """max over the targets of log(measured / target): ≤ 0 when every target is met."""
         prefix = {"p50": "median", "p99": "p99", "mean": "mean"}[self.percentile]
         worst = -math.inf
@@ -68,7 +79,7 @@ class SloTarget:
             worst = max(worst, math.log(max(value, 1e-12) / target))
         return worst if worst > -math.inf else -1.0
 
-    def met_by(self, result: BenchmarkResult) -> bool:
+    def met_by(self, result: BenchmarkResult | LatencySummary) -> bool:
         return self.margin(result) <= 0
 
 
@@ -100,7 +111,7 @@ def max_rate_within_slo(
         raise InvalidSpec("must be ≥ 1", field="output_tokens")
     replica = prepare_replica(request, plan=plan or make_plan(request), coefficients=coefficients)
 
-    def run(rate: float) -> SimulationResult:
+    def run(rate: float) -> EngineRun:
         spec = BenchmarkSpec(
             dataset_name="random",
             num_prompts=num_prompts,
@@ -110,10 +121,14 @@ def max_rate_within_slo(
             seed=seed,
             ready_check_timeout_sec=0,  # served traffic has no benchmark client priming the prefix cache
         )
-        return simulate(request, spec, timeline=timeline, replica=replica)
+        return run_benchmark(spec, replica=replica)
 
+    def margin(trial: EngineRun) -> float:
+        return slo.margin(latency_summary(trial.outcomes()))
+
+    # Only the run the search returns is summarized in full; the others are read for one figure each.
     saturated = run(float("inf"))
-    ceiling = saturated.result.request_throughput
+    ceiling = request_throughput_of(saturated.outcomes(), duration_seconds=saturated.duration_seconds)
     simulations = 1
     if ceiling <= 0:
         return RateSearchResult(max_request_rate=0.0, at_rate=None, ceiling_request_rate=0.0, simulations=1)
@@ -121,19 +136,23 @@ def max_rate_within_slo(
     high_rate = ceiling * CEILING_FRACTION
     high = run(high_rate)
     simulations += 1
-    if slo.met_by(high.result):
+    f_high = margin(high)
+    if f_high <= 0:
         return RateSearchResult(
-            max_request_rate=high_rate, at_rate=high, ceiling_request_rate=ceiling, simulations=simulations
+            max_request_rate=high_rate,
+            at_rate=summarize(high, timeline=timeline),
+            ceiling_request_rate=ceiling,
+            simulations=simulations,
         )
     low_rate = ceiling * FLOOR_FRACTION
     low = run(low_rate)
     simulations += 1
-    if not slo.met_by(low.result):
+    f_low = margin(low)
+    if f_low > 0:
         return RateSearchResult(
             max_request_rate=0.0, at_rate=None, ceiling_request_rate=ceiling, simulations=simulations
         )
     best_rate, best = low_rate, low
-    f_low, f_high = slo.margin(low.result), slo.margin(high.result)
     side = 0
     for _ in range(MAX_BISECTIONS):
         if high_rate / best_rate - 1 <= RELATIVE_TOLERANCE:
@@ -145,7 +164,7 @@ def max_rate_within_slo(
         mid = math.exp(x)
         trial = run(mid)
         simulations += 1
-        f_mid = slo.margin(trial.result)
+        f_mid = margin(trial)
         if f_mid <= 0:
             best_rate, best, f_low = mid, trial, f_mid
             if side == -1:
@@ -157,5 +176,8 @@ def max_rate_within_slo(
                 f_low /= 2
             side = 1
     return RateSearchResult(
-        max_request_rate=best_rate, at_rate=best, ceiling_request_rate=ceiling, simulations=simulations
+        max_request_rate=best_rate,
+        at_rate=summarize(best, timeline=timeline),
+        ceiling_request_rate=ceiling,
+        simulations=simulations,
     )

@@ -311,6 +311,114 @@ def _sim_requests(benchmark: BenchmarkSpec, limits: SimulationLimits, *, primed:
     return sim_requests
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineRun:
+    """Stages 1–5 of one simulation, before any figure is computed: what ``summarize`` turns into a
+    ``SimulationResult`` (``simulate`` is the two in a row). A caller that needs only a few figures of a run —
+    a rate search reading its throughput or its SLO latencies — reads them from here (``duration_seconds``,
+    ``metrics.request_throughput_of``, ``metrics.latency_summary``) and summarizes only the run it keeps."""
+
+    replica: Replica
+    benchmark: BenchmarkSpec
+    trace: EngineTrace
+    primed: bool
+    prefix_cache_hit_tokens: int
+
+    @property
+    def duration_seconds(self) -> float:
+        """From the benchmark start to the last response (failed requests count as −1)."""
+        return max((r.finish_seconds for r in self.trace.requests), default=0.0)
+
+    def outcomes(self) -> tuple[RequestOutcome, ...]:
+        """Every request as the client saw it (``metrics.calculate_metrics``' input)."""
+        return _outcomes(self.trace)
+
+
+def run_benchmark(
+    benchmark: BenchmarkSpec,
+    *,
+    replica: Replica,
+    limits: SimulationLimits = DEFAULT_SIMULATION_LIMITS,
+    step_by_step: bool = False,
+) -> EngineRun:
+    """Stages 1–5 of ``simulate`` against a replica from ``prepare_replica``."""
+    if benchmark.num_prompts > limits.max_num_prompts:
+        raise InvalidSpec(
+            f"at most {limits.max_num_prompts:,} prompts are simulated, got {benchmark.num_prompts:,}",
+            field="benchmark.num_prompts",
+        )
+    settings = replica.plan.settings
+    primed = not replica.scheduler_config.prefill_first and client_primes_first_prompt(
+        benchmark, replica.engine_version
+    )
+    sim_requests = _sim_requests(benchmark, limits, primed=primed)
+    scheduler = Scheduler(replica.scheduler_config)
+    engine = Engine(
+        requests=sim_requests,
+        scheduler=scheduler,
+        step_model=replica.step_model,
+        max_concurrency=benchmark.max_concurrency,
+        max_model_len=settings.max_model_len,
+        max_iterations=limits.max_simulated_steps,
+        use_stretches=not step_by_step,
+        step_parts=replica.step_parts,
+    )
+    trace = engine.run()
+    return EngineRun(
+        replica=replica,
+        benchmark=benchmark,
+        trace=trace,
+        primed=primed,
+        prefix_cache_hit_tokens=scheduler.prefix_hit_tokens,
+    )
+
+
+def summarize(run: EngineRun, *, timeline: bool = True) -> SimulationResult:
+    """Stage 6 of ``simulate``: the benchmark's figures, messages and timeline from one engine run."""
+    replica, trace = run.replica, run.trace
+    plan, settings = replica.plan, replica.plan.settings
+    duration = run.duration_seconds
+    result = calculate_metrics(
+        run.outcomes(),
+        duration_seconds=duration,
+        itl_samples=trace.itl_samples,
+        itl_count=trace.itl_count,
+        itl_sum_seconds=trace.itl_sum_seconds,
+        token_times=trace.output_events,
+    )
+    messages: list[str] = []
+    if trace.failed:
+        messages.append(
+            f"{len(trace.failed)} requests rejected: prompt + output tokens exceed max_model_len "
+            f"{settings.max_model_len} (vLLM answers HTTP 400)"
+        )
+    if trace.num_preemptions:
+        messages.append(
+            f"{trace.num_preemptions} preemptions (recompute): the KV cache ran out of blocks under this load"
+        )
+    return SimulationResult(
+        result=result,
+        timeline=_timeline(trace.record_rows, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks)
+        if timeline
+        else (),
+        assumptions=_assumptions(
+            plan,
+            run.benchmark,
+            replica.coefficients,
+            gpu_peer_to_peer=replica.gpu_peer_to_peer,
+            primed=run.primed,
+        ),
+        error_band_ratio=ERROR_BAND_RATIO,
+        messages=tuple(messages),
+        num_preemptions=trace.num_preemptions,
+        plan=plan,
+        num_steps=trace.num_steps,
+        prefix_cache_hit_tokens=run.prefix_cache_hit_tokens,
+        peak_running=trace.peak_running,
+        num_steps_with_output=trace.num_steps_with_output,
+    )
+
+
 def simulate(
     request: PlanRequest,
     benchmark: BenchmarkSpec,
@@ -343,57 +451,5 @@ def simulate(
         replica = prepare_replica(
             request, plan=plan, coefficients=coefficients, gpu_peer_to_peer=gpu_peer_to_peer
         )
-    plan, coefficients, settings = replica.plan, replica.coefficients, replica.plan.settings
-    primed = not replica.scheduler_config.prefill_first and client_primes_first_prompt(
-        benchmark, replica.engine_version
-    )
-    sim_requests = _sim_requests(benchmark, limits, primed=primed)
-    scheduler = Scheduler(replica.scheduler_config)
-    engine = Engine(
-        requests=sim_requests,
-        scheduler=scheduler,
-        step_model=replica.step_model,
-        max_concurrency=benchmark.max_concurrency,
-        max_model_len=settings.max_model_len,
-        max_iterations=limits.max_simulated_steps,
-        use_stretches=not step_by_step,
-        step_parts=replica.step_parts,
-    )
-    trace = engine.run()
-    outcomes = _outcomes(trace)
-    duration = max((r.finish_seconds for r in trace.requests), default=0.0)
-    result = calculate_metrics(
-        outcomes,
-        duration_seconds=duration,
-        itl_samples=trace.itl_samples,
-        itl_count=trace.itl_count,
-        itl_sum_seconds=trace.itl_sum_seconds,
-        token_times=trace.output_events,
-    )
-    messages: list[str] = []
-    if trace.failed:
-        messages.append(
-            f"{len(trace.failed)} requests rejected: prompt + output tokens exceed max_model_len "
-            f"{settings.max_model_len} (vLLM answers HTTP 400)"
-        )
-    if trace.num_preemptions:
-        messages.append(
-            f"{trace.num_preemptions} preemptions (recompute): the KV cache ran out of blocks under this load"
-        )
-    return SimulationResult(
-        result=result,
-        timeline=_timeline(trace.record_rows, end_seconds=duration, pool_blocks=plan.kv_cache.usable_blocks)
-        if timeline
-        else (),
-        assumptions=_assumptions(
-            plan, benchmark, coefficients, gpu_peer_to_peer=replica.gpu_peer_to_peer, primed=primed
-        ),
-        error_band_ratio=ERROR_BAND_RATIO,
-        messages=tuple(messages),
-        num_preemptions=trace.num_preemptions,
-        plan=plan,
-        num_steps=trace.num_steps,
-        prefix_cache_hit_tokens=scheduler.prefix_hit_tokens,
-        peak_running=trace.peak_running,
-        num_steps_with_output=trace.num_steps_with_output,
-    )
+    run = run_benchmark(benchmark, replica=replica, limits=limits, step_by_step=step_by_step)
+    return summarize(run, timeline=timeline)

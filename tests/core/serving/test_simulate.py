@@ -386,13 +386,13 @@ def test_rate_searches_never_assume_a_primed_cache() -> None:
 
     request = _request(engine="vllm-0.12")
     seen: list[BenchmarkSpec] = []
-    real = search_module.simulate
+    real = search_module.run_benchmark
 
-    def spy(req: PlanRequest, spec: BenchmarkSpec, **kwargs: object):  # type: ignore[no-untyped-def]
+    def spy(spec: BenchmarkSpec, **kwargs: object):  # type: ignore[no-untyped-def]
         seen.append(spec)
-        return real(req, spec, **kwargs)  # type: ignore[arg-type]
+        return real(spec, **kwargs)  # type: ignore[arg-type]
 
-    search_module.simulate = spy  # type: ignore[assignment]
+    search_module.run_benchmark = spy  # type: ignore[assignment]
     try:
         search_module.max_rate_within_slo(
             request,
@@ -402,7 +402,7 @@ def test_rate_searches_never_assume_a_primed_cache() -> None:
             num_prompts=50,
         )
     finally:
-        search_module.simulate = real  # type: ignore[assignment]
+        search_module.run_benchmark = real  # type: ignore[assignment]
     assert seen and all(spec.ready_check_timeout_sec == 0 and spec.num_warmups == 0 for spec in seen)
 
 
