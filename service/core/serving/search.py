@@ -1,7 +1,7 @@
 """The largest request rate one replica sustains within latency SLOs (stage 7 of the serving simulator).
 
-The search brackets the Poisson rate between an unloaded rate and the saturation ceiling, then bisects on a
-log scale:
+The search brackets the Poisson rate between an unloaded rate and the saturation ceiling, then narrows the
+bracket by false position:
 
 1. **Ceiling**: the request throughput of the same workload sent all at once (``--request-rate inf``) — no
    arrival process can complete requests faster than a saturated engine does. It is also the bound a steady
@@ -14,8 +14,12 @@ log scale:
 2. **Floor**: 2 % of the ceiling. If the SLO fails there, queueing is not the problem (a single prefill or
    decode step is too slow) and the answer is 0.
 3. **False position** (Illinois variant) on ``log(metric / SLO)`` against the rate, between the floor (passes)
-   and the ceiling (fails), until the bracket is within 3 %: the SLO metric is smooth in the rate, so 2–4
-   simulations usually close the bracket that bisection would need 6 for.
+   and the ceiling (fails), until the bracket is within 3 %. The zero is interpolated on the rate axis, not
+   on log(rate): the margin rises steeply only near saturation, so from the floor a log axis aims far below
+   the answer and creeps up on it. Each trial stays at least 0.9 × 3 % inside both ends of the bracket
+   (``next_rate``): a trial next to an end, on the side the margin predicts, then closes the bracket. The
+   answer is the largest rate found to pass, with a failing one within 3 % above it; usually 2–4 trials
+   after the floor.
 
 The replica (plan, step-time model, scheduler configuration, kept step-time terms) is prepared once and
 shared by every simulation; each simulation uses the same seed, so neighbouring rates see the same request
@@ -157,11 +161,7 @@ def max_rate_within_slo(
     for _ in range(MAX_BISECTIONS):
         if high_rate / best_rate - 1 <= RELATIVE_TOLERANCE:
             break
-        # Interpolate the zero of the margin on a log-rate axis; keep inside the middle 90 % of the bracket.
-        x_low, x_high = math.log(best_rate), math.log(high_rate)
-        x = x_low + (x_high - x_low) * (-f_low) / (f_high - f_low) if f_high > f_low else (x_low + x_high) / 2
-        x = min(max(x, x_low + 0.05 * (x_high - x_low)), x_high - 0.05 * (x_high - x_low))
-        mid = math.exp(x)
+        mid = next_rate(best_rate, f_low, high_rate, f_high)
         trial = run(mid)
         simulations += 1
         f_mid = margin(trial)
@@ -181,3 +181,24 @@ def max_rate_within_slo(
         ceiling_request_rate=ceiling,
         simulations=simulations,
     )
+
+
+CLOSING_STEP = 0.9 * RELATIVE_TOLERANCE
+"""The least relative step a trial takes from either end of the bracket: a trial that lands on the side the
+margin predicts then leaves a bracket within ``RELATIVE_TOLERANCE`` (1 + 0.9 × 3 % is below 1.03 in floating
+point too), so the search stops."""
+
+
+def next_rate(low_rate: float, f_low: float, high_rate: float, f_high: float) -> float:
+    """The next rate to simulate between ``low_rate`` (margin ``f_low`` ≤ 0) and ``high_rate`` (``f_high`` > 0).
+
+    The margin's zero by linear interpolation on the rate axis (the margin rises steeply only near
+    saturation, so from the floor a log-rate axis aims far too low), kept at least ``CLOSING_STEP`` inside
+    each end: an estimate next to an end then becomes the trial that closes the bracket if the estimate is
+    right. A bracket too narrow for both margins is split at its geometric middle, which closes it either way.
+    """
+    lowest, highest = low_rate * (1 + CLOSING_STEP), high_rate / (1 + CLOSING_STEP)
+    if lowest >= highest:
+        return math.sqrt(low_rate * high_rate)
+    rate = low_rate + (high_rate - low_rate) * (-f_low) / (f_high - f_low) if f_high > f_low else lowest
+    return min(max(rate, lowest), highest)
