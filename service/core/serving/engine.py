@@ -133,6 +133,7 @@ class Engine:
         use_stretches: bool = True,
         use_cohort: bool = True,
         step_parts: dict[tuple[int, int, float, int], tuple[float, float]] | None = None,
+        keep_records: bool = True,
     ) -> None:
         self.use_stretches = (
             use_stretches  # False: one step at a time (the reference the stretches must match)
@@ -153,6 +154,7 @@ class Engine:
         self.itl_count = 0
         self.itl_sum = 0.0
         self.records: list[RecordRow] = []
+        self.keep_records = keep_records  # False: no row per iteration (no timeline is drawn from this run)
         self.output_events: list[tuple[float, float]] = []
         self.num_steps = 0
         self.num_steps_with_output = 0
@@ -229,9 +231,10 @@ class Engine:
         running = len(s.running)
         if running > self.peak_running:
             self.peak_running = running
-        self.records.append(
-            (self.clock, running, len(s.waiting), s.config.num_free_blocks - s.free_blocks, tokens)
-        )
+        if self.keep_records:
+            self.records.append(
+                (self.clock, running, len(s.waiting), s.config.num_free_blocks - s.free_blocks, tokens)
+            )
 
     def _gpu_parts(self, tokens: int, requests: int, pairs: float, prefill_kv: int) -> tuple[float, float]:
         key = (tokens, requests, pairs, prefill_kv)

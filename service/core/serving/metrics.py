@@ -220,10 +220,9 @@ def latency_summary(outcomes: Sequence[RequestOutcome]) -> LatencySummary:
     return LatencySummary(*ttft, *tpot)
 
 
-def request_throughput_of(outcomes: Sequence[RequestOutcome], *, duration_seconds: float) -> float:
-    """``calculate_metrics(...).request_throughput``: completed requests per second of the run."""
-    duration = duration_seconds if duration_seconds > 0 else 1e-12
-    return sum(1 for o in outcomes if o.success) / duration
+def request_throughput(completed: int, duration_seconds: float) -> float:
+    """``BenchmarkResult.request_throughput``: completed requests per second of the run."""
+    return completed / (duration_seconds if duration_seconds > 0 else 1e-12)
 
 
 def calculate_metrics(
@@ -257,7 +256,7 @@ def calculate_metrics(
         failed=len(outcomes) - len(ok),
         total_input_tokens=total_in,
         total_output_tokens=total_out,
-        request_throughput=len(ok) / duration,
+        request_throughput=request_throughput(len(ok), duration_seconds),
         output_throughput=total_out / duration,
         total_token_throughput=(total_in + total_out) / duration,
         max_output_tokens_per_s=_peak_tokens_per_second(ok, token_times, start),

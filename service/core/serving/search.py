@@ -40,7 +40,7 @@ from service.core.serving.metrics import (
     BenchmarkResult,
     LatencySummary,
     latency_summary,
-    request_throughput_of,
+    request_throughput,
 )
 from service.core.serving.simulate import (
     EngineRun,
@@ -125,14 +125,14 @@ def max_rate_within_slo(
             seed=seed,
             ready_check_timeout_sec=0,  # served traffic has no benchmark client priming the prefix cache
         )
-        return run_benchmark(spec, replica=replica)
+        return run_benchmark(spec, replica=replica, keep_records=timeline)
 
     def margin(trial: EngineRun) -> float:
         return slo.margin(latency_summary(trial.outcomes()))
 
     # Only the run the search returns is summarized in full; the others are read for one figure each.
     saturated = run(float("inf"))
-    ceiling = request_throughput_of(saturated.outcomes(), duration_seconds=saturated.duration_seconds)
+    ceiling = request_throughput(saturated.completed, saturated.duration_seconds)
     simulations = 1
     if ceiling <= 0:
         return RateSearchResult(max_request_rate=0.0, at_rate=None, ceiling_request_rate=0.0, simulations=1)

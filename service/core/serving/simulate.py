@@ -329,6 +329,11 @@ class EngineRun:
         """From the benchmark start to the last response (failed requests count as −1)."""
         return max((r.finish_seconds for r in self.trace.requests), default=0.0)
 
+    @property
+    def completed(self) -> int:
+        """Requests that got every token (the others were rejected: ``finish_seconds`` < 0)."""
+        return sum(1 for r in self.trace.requests if r.finish_seconds >= 0)
+
     def outcomes(self) -> tuple[RequestOutcome, ...]:
         """Every request as the client saw it (``metrics.calculate_metrics``' input)."""
         return _outcomes(self.trace)
@@ -340,8 +345,10 @@ def run_benchmark(
     replica: Replica,
     limits: SimulationLimits = DEFAULT_SIMULATION_LIMITS,
     step_by_step: bool = False,
+    keep_records: bool = True,
 ) -> EngineRun:
-    """Stages 1–5 of ``simulate`` against a replica from ``prepare_replica``."""
+    """Stages 1–5 of ``simulate`` against a replica from ``prepare_replica``; ``keep_records=False`` keeps no
+    row per engine iteration, so ``summarize`` can draw no timeline from the run (every figure is the same)."""
     if benchmark.num_prompts > limits.max_num_prompts:
         raise InvalidSpec(
             f"at most {limits.max_num_prompts:,} prompts are simulated, got {benchmark.num_prompts:,}",
@@ -362,6 +369,7 @@ def run_benchmark(
         max_iterations=limits.max_simulated_steps,
         use_stretches=not step_by_step,
         step_parts=replica.step_parts,
+        keep_records=keep_records,
     )
     trace = engine.run()
     return EngineRun(
@@ -451,5 +459,7 @@ def simulate(
         replica = prepare_replica(
             request, plan=plan, coefficients=coefficients, gpu_peer_to_peer=gpu_peer_to_peer
         )
-    run = run_benchmark(benchmark, replica=replica, limits=limits, step_by_step=step_by_step)
+    run = run_benchmark(
+        benchmark, replica=replica, limits=limits, step_by_step=step_by_step, keep_records=timeline
+    )
     return summarize(run, timeline=timeline)
