@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import lru_cache
 
 
 def arrival_offsets_seconds(
@@ -27,11 +28,14 @@ def arrival_offsets_seconds(
         return ()
     if math.isinf(request_rate):
         return (0.0,) * num_requests
-    rng = random.Random(seed ^ 0x5EED)  # a stream apart from the length sampler's
     gaps: list[float]
     if math.isinf(burstiness):
         gaps = [1.0 / request_rate] * num_requests  # the constant-interval limit vLLM special-cases
+    elif burstiness == 1.0:
+        scale = 1.0 / (request_rate * burstiness)
+        gaps = [e * scale for e in unit_exponentials(num_requests, seed)]
     else:
+        rng = random.Random(seed ^ 0x5EED)  # a stream apart from the length sampler's
         scale = 1.0 / (request_rate * burstiness)
         gaps = [rng.gammavariate(burstiness, scale) for _ in range(num_requests)]
     offsets: list[float] = []
@@ -43,3 +47,12 @@ def arrival_offsets_seconds(
         factor = (num_requests / request_rate) / offsets[-1]
         offsets = [o * factor for o in offsets]
     return tuple(offsets)
+
+
+@lru_cache(maxsize=64)
+def unit_exponentials(num_requests: int, seed: int) -> tuple[float, ...]:
+    """The Poisson gaps of the seed's stream at rate 1: ``random.gammavariate(1.0, scale)`` is
+    ``-log(1 − random()) × scale`` (CPython's shape-1 branch), so the gaps at any rate are these times
+    ``1 / rate``, bit for bit — drawn once for the simulations of a rate search, which differ only in rate."""
+    rng = random.Random(seed ^ 0x5EED)  # a stream apart from the length sampler's
+    return tuple(-math.log(1.0 - rng.random()) for _ in range(num_requests))

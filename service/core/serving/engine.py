@@ -253,18 +253,25 @@ class Engine:
         self, tokens: int, requests: int, decode_context: int, pairs: float, prefill_kv: int, windowed: int
     ) -> float:
         """``StepTimeModel.step_seconds`` of the load, term for term, from the kept terms."""
-        fixed, per_context = self._gpu_parts(tokens, requests, pairs, prefill_kv)
+        parts = self._parts.get((tokens, requests, pairs, prefill_kv))
+        fixed, per_context = (
+            parts if parts is not None else self._gpu_parts(tokens, requests, pairs, prefill_kv)
+        )
         gpu = fixed + per_context * decode_context
         if windowed:
             gpu += self._per_windowed * windowed
-        cpu = self._cpu_seconds(requests)
+        cpu = self._cpu.get(requests)
+        if cpu is None:
+            cpu = self._cpu_seconds(requests)
         return max(gpu, cpu) if self._overlap else gpu + cpu
 
     # --- the loop ----------------------------------------------------------------------------------------
     def run(self) -> EngineTrace:
         s = self.scheduler
+        pending = self.pending
         while True:
-            self._send_due()
+            if pending and pending[0].arrival_seconds <= self.clock:
+                self._send_due()  # (nothing is due otherwise: the same as calling it)
             if not s.running and not s.waiting:
                 if not self.pending and not self.transit:
                     break

@@ -385,6 +385,7 @@ class Scheduler:
         demand = cfg.demand
         bs = demand.block_size
         full_groups = demand.full_groups
+        simple = demand.is_simple
         running = self.running
         while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             request = self.waiting[0]
@@ -400,7 +401,10 @@ class Scheduler:
             if 0 < threshold < new:
                 new = threshold
             new = min(new, budget)
-            own_needed = demand.blocks(hit + new) - full_groups * shared - request.own_blocks
+            if simple:  # ``demand.blocks`` of a full-attention layout, inline (hit + new ≥ 1)
+                own_needed = full_groups * (-(-(hit + new) // bs) - shared) - request.own_blocks
+            else:
+                own_needed = demand.blocks(hit + new) - full_groups * shared - request.own_blocks
             if cfg.reserve_full_sequence:
                 whole = min(request.num_tokens, cfg.max_model_len)
                 full_needed = demand.blocks(whole) - full_groups * shared - request.own_blocks

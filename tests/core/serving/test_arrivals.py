@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from service.core.serving.arrivals import arrival_offsets_seconds
+from service.core.serving.arrivals import arrival_offsets_seconds, unit_exponentials
 
 
 def test_infinite_rate_sends_everything_at_time_zero() -> None:
@@ -41,3 +41,14 @@ def test_offsets_are_deterministic_for_a_seed() -> None:
     assert arrival_offsets_seconds(10, request_rate=1.0, seed=7) != arrival_offsets_seconds(
         10, request_rate=1.0, seed=8
     )
+
+
+def test_poisson_gaps_are_the_gamma_draws_bit_for_bit() -> None:
+    # The cached unit exponentials times 1 / rate must be what random.gammavariate(1, 1 / rate) draws on this
+    # interpreter (its shape-1 branch), or every Poisson simulation would move.
+    import random
+
+    for seed, rate in ((0, 3.7), (5, 0.02), (123, 950.0)):
+        rng = random.Random(seed ^ 0x5EED)
+        gaps = [rng.gammavariate(1.0, 1.0 / rate) for _ in range(40)]
+        assert [e * (1.0 / rate) for e in unit_exponentials(40, seed)] == gaps
