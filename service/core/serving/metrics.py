@@ -89,14 +89,14 @@ def std(values: Sequence[float]) -> float:
     if not values:
         return 0.0
     m = mean(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
+    return math.sqrt(sum([(v - m) ** 2 for v in values]) / len(values))  # a list sums in the same order
 
 
 def weighted_std(samples: Sequence[tuple[float, float]], mean_value: float) -> float:
-    total = sum(w for _, w in samples)
+    total = sum([w for _, w in samples])
     if total <= 0:
         return 0.0
-    return math.sqrt(sum(w * (v - mean_value) ** 2 for v, w in samples) / total)
+    return math.sqrt(sum([w * (v - mean_value) ** 2 for v, w in samples]) / total)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,7 +168,8 @@ def _peak_concurrency(outcomes: Sequence[RequestOutcome]) -> int:
     current = peak = 0
     for _, delta in events:
         current += delta
-        peak = max(peak, current)
+        if current > peak:
+            peak = current
     return peak
 
 
