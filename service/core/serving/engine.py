@@ -191,21 +191,27 @@ class Engine:
     # --- client side -------------------------------------------------------------------------------------
     def _send_due(self) -> None:
         """Send every request whose time has come and for which the gate has a slot."""
-        while self.pending and self.pending[0].arrival_seconds <= self.clock and self.gate.has_slot():
-            request = self.pending.popleft()
-            request.send_seconds = self.gate.take(request.arrival_seconds)
+        pending, gate, clock = self.pending, self.gate, self.clock
+        unlimited = gate.unlimited  # (no gate: every slot free, each request sent at its arrival)
+        waiting = self.scheduler.waiting
+        while pending and pending[0].arrival_seconds <= clock and (unlimited or gate.has_slot()):
+            request = pending.popleft()
+            request.send_seconds = (
+                request.arrival_seconds if unlimited else gate.take(request.arrival_seconds)
+            )
             if request.prompt_tokens + request.output_tokens > self.max_model_len:
                 # The OpenAI server rejects prompt + max_tokens > max_model_len with HTTP 400 at once.
                 request.finish_seconds = -1.0
                 self.failed.append(request.index)
-                self.gate.release(request.send_seconds)
+                gate.release(request.send_seconds)
                 continue
             if self.latency:
                 self.transit.append((request.send_seconds + self.latency, request))
             else:
-                self.scheduler.waiting.append(request)
-        while self.transit and self.transit[0][0] <= self.clock:
-            self.scheduler.waiting.append(self.transit.popleft()[1])
+                waiting.append(request)
+        transit = self.transit
+        while transit and transit[0][0] <= self.clock:
+            waiting.append(transit.popleft()[1])
 
     def _next_send_seconds(self) -> float:
         """The next time a request reaches the engine or is sent towards it (a safe bound either way)."""
@@ -268,9 +274,9 @@ class Engine:
     # --- the loop ----------------------------------------------------------------------------------------
     def run(self) -> EngineTrace:
         s = self.scheduler
-        pending = self.pending
+        pending, transit = self.pending, self.transit
         while True:
-            if pending and pending[0].arrival_seconds <= self.clock:
+            if (pending and pending[0].arrival_seconds <= self.clock) or (transit and transit[0][0] <= self.clock):
                 self._send_due()  # (nothing is due otherwise: the same as calling it)
             if not s.running and not s.waiting:
                 if not self.pending and not self.transit:

@@ -389,7 +389,11 @@ class Scheduler:
         running = self.running
         while self.waiting and budget > 0 and len(running) < cfg.max_num_seqs:
             request = self.waiting[0]
-            hit = self._prefix_hit_tokens(request) if request.computed == 0 else 0
+            hit = (
+                self._prefix_hit_tokens(request)
+                if request.computed == 0 and request.shared_prefix_tokens > 0
+                else 0
+            )
             shared = hit // bs
             if request.cached_prompt_tokens:
                 # Its own prompt's full blocks, found in the free pool's cached blocks: they count as computed
@@ -400,14 +404,19 @@ class Scheduler:
             new = request.num_tokens - hit
             if 0 < threshold < new:
                 new = threshold
-            new = min(new, budget)
-            if simple:  # ``demand.blocks`` of a full-attention layout, inline (hit + new ≥ 1)
+            if new > budget:
+                new = budget
+            # ``demand.blocks`` of a full-attention layout inline (every count here is ≥ 1 token).
+            if simple:
                 own_needed = full_groups * (-(-(hit + new) // bs) - shared) - request.own_blocks
             else:
                 own_needed = demand.blocks(hit + new) - full_groups * shared - request.own_blocks
             if cfg.reserve_full_sequence:
-                whole = min(request.num_tokens, cfg.max_model_len)
-                full_needed = demand.blocks(whole) - full_groups * shared - request.own_blocks
+                whole = request.num_tokens if request.num_tokens < cfg.max_model_len else cfg.max_model_len
+                if simple:
+                    full_needed = full_groups * (-(-whole // bs) - shared) - request.own_blocks
+                else:
+                    full_needed = demand.blocks(whole) - full_groups * shared - request.own_blocks
                 if full_needed > self.free_blocks:
                     break
             if own_needed > self.free_blocks:
@@ -419,7 +428,8 @@ class Scheduler:
             request.shared_blocks = shared
             self.free_blocks -= own_needed
             request.own_blocks += own_needed
-            self._cache_prefix(request, hit + new)
+            if request.shared_prefix_tokens:  # (without a shared prefix there is nothing to cache)
+                self._cache_prefix(request, hit + new)
             running.append(request)
             scheduled.append((request, new))
             budget -= new
