@@ -536,6 +536,301 @@ def jamba(layers: int = 4) -> dict[str, Any]:
     }
 
 
+def qwen3_moe(layers: int = 4) -> dict[str, Any]:
+    """Qwen3-MoE: every layer a sparse MoE block (decoder_sparse_step 1), q/k norm, head_dim 64."""
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": layers,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def qwen2(*, use_sliding_window: bool, max_window_layers: int, layers: int = 4, window: int = 256) -> dict[str, Any]:
+    """Qwen2: ``sliding_window`` only counts when ``use_sliding_window``; layers from ``max_window_layers`` on slide."""
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "use_sliding_window": use_sliding_window,
+        "sliding_window": window,
+        "max_window_layers": max_window_layers,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def qwen2_moe(*, use_sliding_window: bool, max_window_layers: int, layers: int = 4) -> dict[str, Any]:
+    """Qwen2-MoE (Qwen1.5-MoE-style): every layer sparse, a gated shared expert."""
+    return {
+        **qwen2(use_sliding_window=use_sliding_window, max_window_layers=max_window_layers, layers=layers),
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "model_type": "qwen2_moe",
+        "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 256,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": False,
+    }
+
+
+def mixtral() -> dict[str, Any]:
+    """Mixtral 8x7B-style: sliding_window null (full attention), 4 experts top-2."""
+    cfg = llama(layers=4, heads=8, kv_heads=2, head_dim=32, hidden=256)
+    cfg.update(
+        {
+            "architectures": ["MixtralForCausalLM"],
+            "model_type": "mixtral",
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": None,
+            "rope_theta": 1000000.0,
+        }
+    )
+    return cfg
+
+
+def phi3(window: int = 255) -> dict[str, Any]:
+    """Phi-3-mini-style: MHA, head_dim from hidden/heads, a bare sliding_window on every layer."""
+    return {
+        "architectures": ["Phi3ForCausalLM"],
+        "model_type": "phi3",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "original_max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "sliding_window": window,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attention_dropout": 0.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def cohere2(layers: int = 4, window: int = 256) -> dict[str, Any]:
+    """Cohere 2 / Command R7B: sliding_window_pattern 4 (3 sliding : 1 full), 2 KV heads, head_dim 32."""
+    return {
+        "architectures": ["Cohere2ForCausalLM"],
+        "model_type": "cohere2",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "hidden_act": "silu",
+        "layer_norm_eps": 1e-5,
+        "logit_scale": 0.25,
+        "max_position_embeddings": 8192,
+        "rope_theta": 50000.0,
+        "rope_scaling": None,
+        "sliding_window": window,
+        "sliding_window_pattern": 4,
+        "use_qk_norm": False,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def olmo2() -> dict[str, Any]:
+    """OLMo 2: Llama-shaped with q/k norm after the projections, MHA (here 4 heads = 4 KV heads)."""
+    return {
+        "architectures": ["Olmo2ForCausalLM"],
+        "model_type": "olmo2",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 500000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def glm4() -> dict[str, Any]:
+    """GLM-4-0414: partial rotary (0.5), 2 KV heads, head_dim 64, bias on qkv."""
+    return {
+        "architectures": ["Glm4ForCausalLM"],
+        "model_type": "glm4",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "partial_rotary_factor": 0.5,
+        "attention_bias": True,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": [2],
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def gemma1() -> dict[str, Any]:
+    """Gemma (v1, 2B-style): head_dim 256 with 1 KV head (MQA), 2 layers."""
+    return {
+        "architectures": ["GemmaForCausalLM"],
+        "model_type": "gemma",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def deepseek_v2_lite(layers: int = 3) -> dict[str, Any]:
+    """DeepSeek-V2-Lite-like: MLA (512 + 64), first layer dense, the rest MoE, q_lora_rank null."""
+    cfg = deepseek_v2_mla()
+    cfg.update({"num_hidden_layers": layers, "first_k_dense_replace": 1, "n_routed_experts": 4})
+    return cfg
+
+
+
+def gpt_bigcode() -> dict[str, Any]:
+    """GPT-BigCode (StarCoder 1 / SantaCoder): GPT-2 key names, ``multi_query`` true → 1 KV head."""
+    return {
+        "architectures": ["GPTBigCodeForCausalLM"],
+        "model_type": "gpt_bigcode",
+        "n_embd": 256,
+        "n_head": 8,
+        "n_layer": 4,
+        "n_inner": 1024,
+        "n_positions": 8192,
+        "multi_query": True,
+        "activation_function": "gelu_pytorch_tanh",
+        "layer_norm_epsilon": 1e-5,
+        "scale_attn_weights": True,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def olmo3(layers: int = 4, window: int = 256) -> dict[str, Any]:
+    """OLMo 3 without ``layer_types`` in the file: transformers fills 3 sliding : 1 full."""
+    cfg = olmo2()
+    cfg.update(
+        {
+            "architectures": ["Olmo3ForCausalLM"],
+            "model_type": "olmo3",
+            "num_hidden_layers": layers,
+            "sliding_window": window,
+            "max_position_embeddings": 8192,
+        }
+    )
+    return cfg
+
+
+def starcoder2(window: int = 256) -> dict[str, Any]:
+    """StarCoder 2: a bare ``sliding_window`` (no layer_types), GQA, bias, LayerNorm."""
+    return {
+        "architectures": ["Starcoder2ForCausalLM"],
+        "model_type": "starcoder2",
+        "hidden_size": 256,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "hidden_act": "gelu_pytorch_tanh",
+        "max_position_embeddings": 8192,
+        "norm_epsilon": 1e-5,
+        "rope_theta": 100000.0,
+        "sliding_window": window,
+        "use_bias": True,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
 CASES: list[Case] = [
     Case(
         "llama-mha",
@@ -801,6 +1096,151 @@ CASES: list[Case] = [
         max_model_len=131072,
         kv_cache_space_gib=None,
         kv_cache_memory_bytes=100_000_000,
+        expect_refusal=True,
+    ),
+    # --- families and features recorded 2026-12-03 ------------------------------------------------------------
+    Case(
+        "qwen3-moe",
+        "Qwen3-MoE, 4 layers all sparse (4 experts top-2), 2 KV heads, head_dim 64, bf16.",
+        qwen3_moe(4),
+        max_model_len=2048,
+    ),
+    Case(
+        "qwen3-moe-sliding",
+        "Qwen3-MoE with use_sliding_window true (window 256) and max_window_layers 2 of 4.",
+        {**qwen3_moe(4), "use_sliding_window": True, "sliding_window": 256, "max_window_layers": 2},
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "qwen2-no-sliding",
+        "Qwen2 with sliding_window 256 but use_sliding_window false: full attention everywhere.",
+        qwen2(use_sliding_window=False, max_window_layers=2),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "qwen2-sliding-all",
+        "Qwen2 with use_sliding_window true and max_window_layers 0: every layer slides (256).",
+        qwen2(use_sliding_window=True, max_window_layers=0),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "qwen2-sliding-partial-refused",
+        "Qwen2 with use_sliding_window true and max_window_layers 2 of 4: vLLM's Qwen2 asserts all or none slide.",
+        qwen2(use_sliding_window=True, max_window_layers=2),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+        expect_refusal=True,
+    ),
+    Case(
+        "mixtral-moe",
+        "Mixtral, 4 layers (4 experts top-2), sliding_window null: full attention, 2 KV heads, head_dim 32.",
+        mixtral(),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "phi3-sliding",
+        "Phi-3, 4 layers MHA (8 heads × 32), sliding_window 255 on every layer.",
+        phi3(255),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "cohere2-interleaved",
+        "Cohere 2 (Command R7B), 4 layers, sliding_window_pattern 4: 3 sliding (256) : 1 full.",
+        cohere2(4, 256),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "cohere2-window-edge",
+        "Cohere 2, 4 layers (3 sliding : 1 full), sliding_window 257: vLLM's +1 (258) crosses a 128-token block edge.",
+        cohere2(4, 257),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "qwen2-moe-sliding",
+        "Qwen2-MoE, 4 layers, use_sliding_window true, max_window_layers 2: vLLM's model slides every layer (256).",
+        qwen2_moe(use_sliding_window=True, max_window_layers=2),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "olmo2",
+        "OLMo 2, 4 layers MHA (4 heads × 64), bf16.",
+        olmo2(),
+        max_model_len=2048,
+    ),
+    Case(
+        "glm4-partial-rotary",
+        "GLM-4-0414, 4 layers, partial_rotary_factor 0.5, 2 KV heads, head_dim 64.",
+        glm4(),
+        max_model_len=2048,
+    ),
+    Case(
+        "gemma-mqa-hd256",
+        "Gemma (v1), 2 layers, 1 KV head of head_dim 256 (MQA), bf16.",
+        gemma1(),
+        max_model_len=2048,
+    ),
+    Case(
+        "deepseek-v2-lite-moe",
+        "DeepSeek-V2-Lite-like MLA (512 + 64), 3 layers: first_k_dense_replace 1, then 2 MoE layers.",
+        deepseek_v2_lite(3),
+        max_model_len=2048,
+    ),
+    Case(
+        "gpt-bigcode-mqa",
+        "GPT-BigCode, 4 layers, 8 heads × 32, multi_query true (transformers sets 1 KV head), bf16.",
+        gpt_bigcode(),
+        max_model_len=2048,
+    ),
+    Case(
+        "olmo3-interleaved",
+        "OLMo 3, 4 layers, sliding_window 256 and no layer_types: transformers fills 3 sliding : 1 full.",
+        olmo3(4, 256),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "starcoder2-sliding",
+        "StarCoder 2, 4 layers, a bare sliding_window 256 (every layer slides), 2 KV heads × 32.",
+        starcoder2(256),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "llama-hd80",
+        "Llama, 4 layers, 4 heads, 2 KV heads of head_dim 80 (not a multiple of 32: the CPU kernel's vec16 path).",
+        llama(heads=4, kv_heads=2, head_dim=80, hidden=320),
+        max_model_len=2048,
+    ),
+    Case(
+        "llama-hd80-fp8-refused",
+        "Case llama-hd80 with --kv-cache-dtype fp8: the CPU backend's fp8 KV needs head_size divisible by 32.",
+        llama(heads=4, kv_heads=2, head_dim=80, hidden=320),
+        max_model_len=2048,
+        extra_args=("--kv-cache-dtype", "fp8"),
+        expect_refusal=True,
+    ),
+    Case(
+        "llama-gqa-block48-refused",
+        "Case llama-gqa with --block-size 48: over 32 but not a multiple of 32.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--block-size", "48"),
+        expect_refusal=True,
+    ),
+    Case(
+        "llama-gqa-seqs-over-batched-refused",
+        "Case llama-gqa with --max-num-seqs 256 and --max-num-batched-tokens 128 (fewer tokens than sequences).",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--max-num-batched-tokens", "128", "--max-num-seqs", "256"),
         expect_refusal=True,
     ),
 ]
