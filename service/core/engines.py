@@ -123,6 +123,12 @@ class EngineProfile:
     mamba_prefill_checkpoint: bool = False
     # CPU attention kernels take block sizes in multiples of this (32 in 0.32, cpu_attn.py)
     cpu_kernel_block_multiple: int | None = None
+    # CPU_ATTN's fp8 KV refuses head sizes that are multiples of 16 but not of 32 (its vec16 path has no fp8):
+    # ``_get_attn_isa``, vllm/v1/attention/backends/cpu_attn.py, 0.32.0.
+    cpu_fp8_kv_head_multiple: int | None = None
+    # Qwen2Model asserts that no model mixes sliding and full layers (vllm/model_executor/models/qwen2.py):
+    # read in 0.32.0; earlier releases phrase the check differently and are not modelled.
+    qwen2_mixed_sliding_refused: bool = False
     # A decode-only step replays one CUDA graph of the whole forward: V0's CUDAGraphRunner (decode batches
     # up to 256) and V1 from 0.11 (cudagraph_mode FULL_AND_PIECEWISE by default). V1 0.8 – 0.10 captured
     # piecewise graphs only: every attention layer then runs eagerly between two graph replays.
@@ -320,6 +326,8 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         cpu_fp32_ssm_state=_v(rules, (0, 32)),
         mamba_prefill_checkpoint=_v(rules, (0, 32)),
         cpu_kernel_block_multiple=32 if _v(rules, (0, 32)) else None,
+        cpu_fp8_kv_head_multiple=32 if _v(rules, (0, 32)) else None,
+        qwen2_mixed_sliding_refused=_v(rules, (0, 32)),
         full_cudagraph_decode=v0 or _v(rules, FULL_CUDAGRAPH_DECODE_SINCE),
         cudagraph_max_batch=256 if v0 else 512,
         lora_extra_vocab=rules < (0, 12),

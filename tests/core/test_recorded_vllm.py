@@ -124,6 +124,9 @@ REFUSAL_PHRASES = {
     "is greater than the derived max_model_len": "max_model_len_exceeds_model",
     "must be divisible by tensor parallel size": "tensor_parallel_heads",
     "is smaller than max_model_len": "batched_tokens_below_max_model_len",
+    "must be greater than or equal to max_num_seqs": "batched_tokens_below_max_num_seqs",
+    "Sliding window for some but all layers is not supported": "sliding_window_some_layers",
+    "FP8 KV cache requires head_size divisible by 32 on CPU": "cpu_fp8_head_size",
 }
 
 

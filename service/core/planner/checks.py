@@ -11,7 +11,7 @@ from service.core.engines import EngineProfile
 from service.core.kv_cache import kv_heads_per_rank
 from service.core.planner.request import PlanRequest
 from service.core.planner.results import Message
-from service.core.specs import GpuSpec, ModelSpec
+from service.core.specs import GpuSpec, LayerType, ModelSpec
 from service.core.weights import QuantScheme
 
 
@@ -75,6 +75,32 @@ def kernel_block_size_messages(
             level="error",
             code="block_size_unsupported",
             text=f"No common block size for {block_size} (CPU_ATTN: [MultipleOf({multiple})]).",
+        )
+    ]
+
+
+def cpu_fp8_head_size_messages(
+    model: ModelSpec, engine: EngineProfile, device: str, kv_cache_dtype: str
+) -> list[Message]:
+    """The CPU attention kernels pick an ISA per KV group when the cache is set up (``_get_attn_isa``,
+    vllm/v1/attention/backends/cpu_attn.py, 0.32.0): a head size divisible by 16 but not by 32 takes the vec16
+    path, which has no fp8 KV, and raises ``NotImplementedError``. MLA layers use the CPU MLA backend instead."""
+    multiple = engine.cpu_fp8_kv_head_multiple
+    head = model.head_dim
+    if (
+        device != "cpu"
+        or multiple is None
+        or model.uses_mla
+        or not kv_cache_dtype.startswith("fp8")
+        or head % multiple == 0
+        or head % 16
+    ):
+        return []
+    return [
+        Message(
+            level="error",
+            code="cpu_fp8_head_size",
+            text=f"FP8 KV cache requires head_size divisible by {multiple} on CPU.",
         )
     ]
 
@@ -272,3 +298,44 @@ def tensor_parallel_messages(model: ModelSpec, tp: int) -> list[Message]:
             )
         )
     return messages
+
+
+# Architectures built on vLLM's ``Qwen2Model`` (vllm/model_executor/models/qwen2.py; Qwen3Model and MiMoModel
+# subclass it, the reward models wrap it), 0.32.0.
+QWEN2_MODEL_ARCHITECTURES = frozenset(
+    {
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "MiMoForCausalLM",
+        "Qwen2ForRewardModel",
+        "Qwen2ForProcessRewardModel",
+    }
+)
+
+
+def model_build_messages(model: ModelSpec, engine: EngineProfile) -> list[Message]:
+    """What a model's own constructor refuses while the engine builds it.
+
+    ``Qwen2Model.__init__`` (vllm/model_executor/models/qwen2.py, 0.32.0) asserts that the layers do not mix
+    sliding and full attention: ``len(set(config.layer_types)) > 1`` requires ``max_window_layers ==
+    num_hidden_layers``, which the mix itself rules out (transformers' Qwen2Config slides layers from
+    ``max_window_layers`` on). So ``use_sliding_window`` with ``0 < max_window_layers < num_hidden_layers`` stops
+    the start-up with an AssertionError; every layer sliding or none does not.
+    """
+    if not engine.qwen2_mixed_sliding_refused or model.architecture not in QWEN2_MODEL_ARCHITECTURES:
+        return []
+    attention = {kind for kind in model.layer_types if kind in (LayerType.FULL, LayerType.SLIDING)}
+    if len(attention) < 2:
+        return []
+    full = sum(1 for kind in model.layer_types if kind is LayerType.FULL)
+    return [
+        Message(
+            level="error",
+            code="sliding_window_some_layers",
+            text=(
+                "Sliding window for some but all layers is not supported. This model uses sliding window but "
+                f"`max_window_layers` = {full} is less than `num_hidden_layers` = {model.num_hidden_layers}. "
+                "Please open an issue to discuss this feature."
+            ),
+        )
+    ]

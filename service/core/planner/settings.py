@@ -17,7 +17,9 @@ from service.core.errors import InvalidSpec
 from service.core.overheads import OverheadCoefficients
 from service.core.planner.checks import (
     bf16_refusal,
+    cpu_fp8_head_size_messages,
     kernel_block_size_messages,
+    model_build_messages,
     quantization_capability,
     quantization_min_capability,
     quantized_shape_messages,
@@ -90,7 +92,9 @@ def resolve_settings(request: PlanRequest) -> Settings:
     messages += tensor_parallel_messages(model, tp)
     messages += dtype_messages
     messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
+    messages += model_build_messages(model, engine)
     messages += kernel_block_size_messages(model, engine, request.device, block_size)
+    messages += cpu_fp8_head_size_messages(model, engine, request.device, kv_dtype.name)
     util = request.gpu_memory_utilization
     async_scheduling = (
         request.async_scheduling
