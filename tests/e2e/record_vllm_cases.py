@@ -831,6 +831,31 @@ def starcoder2(window: int = 256) -> dict[str, Any]:
     }
 
 
+
+def exaone4(layers: int = 4, window: int = 256) -> dict[str, Any]:
+    """EXAONE 4.0 with a sliding_window but neither sliding_window_pattern nor layer_types in the file."""
+    return {
+        "architectures": ["Exaone4ForCausalLM"],
+        "model_type": "exaone4",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "sliding_window": window,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
 CASES: list[Case] = [
     Case(
         "llama-mha",
@@ -1211,6 +1236,20 @@ CASES: list[Case] = [
         "StarCoder 2, 4 layers, a bare sliding_window 256 (every layer slides), 2 KV heads × 32.",
         starcoder2(256),
         max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "exaone4-default-pattern",
+        "EXAONE 4.0, 4 layers, sliding_window 256 with no pattern in the file: transformers' default of 4 (3 : 1).",
+        exaone4(4, 256),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "mistral-window-over-len",
+        "Mistral, 4 layers, sliding_window 4096 with max_model_len 2048 (the window spans every request).",
+        mistral_sliding(4096),
+        max_model_len=2048,
         extra_args=SCHED_ARGS,
     ),
     Case(
