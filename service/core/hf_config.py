@@ -64,6 +64,8 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "torch_dtype": "bfloat16",
     },
     "cohere2": {"sliding_window_pattern": 4},
+    # transformers 5 Exaone4Config: sliding_window 4096, sliding_window_pattern 4 (every 4th layer full).
+    "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4},
     "qwen3_next": {"full_attention_interval": 4, "linear_conv_kernel_dim": 4},
     "gpt_oss": {"head_dim": 64, "sliding_window": 128},
 }
@@ -103,6 +105,13 @@ _NON_GATED_MLP_TYPES = frozenset(
     {"falcon", "RefinedWeb", "RefinedWebModel", "gpt2", "gpt_neox", "phi", "starcoder2", "opt", "bloom"}
 )
 _QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})
+# Cohere 2 passes ``config.sliding_window + 1`` as the layer's window ("cohere swa layer sees [pos -
+# sliding_window, pos], i.e. sliding_window + 1 tokens"): vllm/model_executor/models/commandr.py and
+# cohere2_moe.py, 0.32.0. The +1 also sizes the layer's KV (SlidingWindowSpec.sliding_window).
+_WINDOW_PLUS_ONE_TYPES = frozenset({"cohere2", "cohere2_moe"})
+# Families whose vLLM model gives every layer ``cache_config.sliding_window`` (no per-layer window):
+# vllm/model_executor/models/qwen2_moe.py and qwen3_moe.py, 0.32.0. See ``_uniform_window_kinds``.
+_UNIFORM_WINDOW_TYPES = frozenset({"qwen2_moe", "qwen3_moe"})
 
 # The plausible range of each integer key (``service.core.bounds`` cites the largest published values).
 _KEY_MAXIMUM: dict[str, int] = {
@@ -211,6 +220,12 @@ def _kv_heads(r: _Reader, model_type: str, heads: int) -> tuple[int, str]:
         and r.bool_("multi_query")
     ):
         return 1, "Falcon multi_query → 1 KV head"
+    if model_type == "gpt_bigcode":
+        # transformers 5 (GPTBigCodeConfig.__post_init__): num_key_value_heads = 1 if multi_query (default true)
+        # else n_head; vLLM 0.32 reads num_key_value_heads (model_arch_config_convertor.get_total_num_kv_heads).
+        if r.bool_("multi_query", default=True):
+            return 1, "GPT-BigCode multi_query (the default) → 1 KV head"
+        return heads, "GPT-BigCode without multi_query → multi-head attention"
     key, value = r.first("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
     if value is None:
         return heads, "no KV head count in config → multi-head attention (KV heads = attention heads)"
@@ -219,7 +234,38 @@ def _kv_heads(r: _Reader, model_type: str, heads: int) -> tuple[int, str]:
     return kv, f"KV heads from {key}"
 
 
+def _uniform_window_kinds(r: _Reader, model_type: str, layers: int) -> tuple[tuple[LayerType, ...], str]:
+    """Qwen2-MoE / Qwen3-MoE: one window for every layer, or none.
+
+    Their vLLM models take the window from ``cache_config.sliding_window`` only, and ``EngineArgs.
+    create_engine_config`` (vllm/engine/arg_utils.py, 0.32.0) sets that only when the text config's
+    ``layer_types`` is None or all ``sliding_attention``. transformers (5.x) keeps a window only under
+    ``use_sliding_window`` (Qwen2-MoE stores 0, which vLLM's ModelConfig turns into None); Qwen2MoeConfig also
+    fills ``layer_types`` with sliding layers at even indices below ``max_window_layers`` (default 28), so a
+    Qwen2-MoE of two or more layers always ends up with full attention everywhere. Qwen3MoeConfig fills no
+    ``layer_types``: ``use_sliding_window`` slides every layer.
+    """
+    if not r.bool_("use_sliding_window") or not r.raw("sliding_window"):
+        return (LayerType.FULL,) * layers, "use_sliding_window is false: full attention everywhere"
+    names = r.raw("layer_types")
+    if names is None and model_type == "qwen2_moe":
+        window_layers = r.int_("max_window_layers", minimum=0)
+        window_layers = 28 if window_layers is None else window_layers
+        names = [
+            "sliding_attention" if (i + 1) % 2 and i < window_layers else "full_attention"
+            for i in range(layers)
+        ]
+    if names is None or (isinstance(names, Sequence) and all(name == "sliding_attention" for name in names)):
+        return (LayerType.SLIDING,) * layers, "use_sliding_window: every layer slides (a cache-wide window)"
+    return (LayerType.FULL,) * layers, (
+        "layer_types mixes sliding and full layers: vLLM sets no cache-wide window and this model has no "
+        "per-layer one, so every layer is full attention"
+    )
+
+
 def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tuple[tuple[LayerType, ...], str]:
+    if model_type in _UNIFORM_WINDOW_TYPES:
+        return _uniform_window_kinds(r, model_type, layers)
     if model_type in _ATTENTION_FREE_TYPES:
         # Mamba, Mamba2 and FalconMamba stack state-space mixers only (vllm/model_executor/models/mamba*.py).
         return (LayerType.MAMBA,) * layers, f"{model_type}: a state-space mixer in every layer, no attention"
@@ -257,6 +303,11 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
     if model_type == "gemma2":
         kinds = tuple(LayerType.SLIDING if i % 2 == 0 else LayerType.FULL for i in range(layers))
         return kinds, "Gemma 2 alternates sliding (even layers) and full attention"
+    if model_type == "olmo3" and r.raw("sliding_window") is not None:
+        # transformers 5 (Olmo3Config.__post_init__) fills an omitted layer_types with every 4th layer full; vLLM
+        # 0.32 runs OLMo 3 on its Transformers backend, which gives the sliding layers their window.
+        kinds = tuple(LayerType.FULL if (i + 1) % 4 == 0 else LayerType.SLIDING for i in range(layers))
+        return kinds, "OLMo 3 without layer_types: every 4th layer full attention, sliding window elsewhere"
     pattern = r.int_("sliding_window_pattern")
     if pattern is not None and r.raw("sliding_window") is not None:
         kinds = tuple(LayerType.FULL if (i + 1) % pattern == 0 else LayerType.SLIDING for i in range(layers))
@@ -677,6 +728,11 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     sliding_window = r.int_("sliding_window") if LayerType.SLIDING in kinds else None
     if LayerType.SLIDING in kinds and sliding_window is None:
         raise ConfigError("is missing but some layers use sliding attention", field="sliding_window")
+    if sliding_window is not None and model_type in _WINDOW_PLUS_ONE_TYPES:
+        sliding_window += 1
+        notes.append(
+            f"Cohere 2 sliding layers keep sliding_window + 1 = {sliding_window} tokens (vLLM commandr.py)"
+        )
 
     dtype_key, dtype_value = r.first("torch_dtype", "dtype")
     torch_dtype = "bfloat16"

@@ -100,9 +100,21 @@ def test_there_are_recorded_cases_for_every_layer_kind() -> None:
         "llama-gqa-eagle",
         "deepseek-v3-mtp",
         "granite-hybrid-ngram",
+        "qwen3-moe-sliding",
+        "qwen2-moe-sliding",
+        "cohere2-window-edge",
+        "gpt-bigcode-mqa",
+        "olmo3-interleaved",
+        "exaone4-default-pattern",
     ):
         assert needed in ids
-    assert {p.stem for p in REFUSED} >= {"llama-gqa-block16-refused", "llama-gqa-maxlen-refused"}
+    assert {p.stem for p in REFUSED} >= {
+        "llama-gqa-block16-refused",
+        "llama-gqa-maxlen-refused",
+        "qwen2-sliding-partial-refused",
+        "llama-hd80-fp8-refused",
+        "llama-gqa-seqs-over-batched-refused",
+    }
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])

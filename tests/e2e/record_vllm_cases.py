@@ -570,7 +570,9 @@ def qwen3_moe(layers: int = 4) -> dict[str, Any]:
     }
 
 
-def qwen2(*, use_sliding_window: bool, max_window_layers: int, layers: int = 4, window: int = 256) -> dict[str, Any]:
+def qwen2(
+    *, use_sliding_window: bool, max_window_layers: int, layers: int = 4, window: int = 256
+) -> dict[str, Any]:
     """Qwen2: ``sliding_window`` only counts when ``use_sliding_window``; layers from ``max_window_layers`` on slide."""
     return {
         "architectures": ["Qwen2ForCausalLM"],
@@ -769,7 +771,6 @@ def deepseek_v2_lite(layers: int = 3) -> dict[str, Any]:
     return cfg
 
 
-
 def gpt_bigcode() -> dict[str, Any]:
     """GPT-BigCode (StarCoder 1 / SantaCoder): GPT-2 key names, ``multi_query`` true → 1 KV head."""
     return {
@@ -829,7 +830,6 @@ def starcoder2(window: int = 256) -> dict[str, Any]:
         "tie_word_embeddings": True,
         "torch_dtype": "bfloat16",
     }
-
 
 
 def exaone4(layers: int = 4, window: int = 256) -> dict[str, Any]:
