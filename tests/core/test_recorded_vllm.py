@@ -112,6 +112,7 @@ def test_there_are_recorded_cases_for_every_layer_kind() -> None:
         "llama-gqa-block16-refused",
         "llama-gqa-maxlen-refused",
         "qwen2-sliding-partial-refused",
+        "qwen3-sliding-partial-refused",
         "llama-hd80-fp8-refused",
         "llama-gqa-seqs-over-batched-refused",
     }

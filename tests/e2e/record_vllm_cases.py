@@ -1160,6 +1160,21 @@ CASES: list[Case] = [
         expect_refusal=True,
     ),
     Case(
+        "qwen3-sliding-partial-refused",
+        "Qwen3 (dense, head_dim 64, q/k norm) with use_sliding_window true and max_window_layers 2 of 4: Qwen3Model "
+        "inherits Qwen2Model's assertion.",
+        {
+            **qwen2(use_sliding_window=True, max_window_layers=2),
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "head_dim": 64,
+            "num_attention_heads": 4,
+        },
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+        expect_refusal=True,
+    ),
+    Case(
         "mixtral-moe",
         "Mixtral, 4 layers (4 experts top-2), sliding_window null: full attention, 2 KV heads, head_dim 32.",
         mixtral(),
