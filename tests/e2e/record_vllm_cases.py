@@ -1234,6 +1234,32 @@ CASES: list[Case] = [
         max_model_len=2048,
     ),
     Case(
+        "deepseek-v2-mla-latent320",
+        "DeepSeek-V2 MLA, 2 dense layers, kv_lora_rank 256 + qk_rope_head_dim 64 = a 320-wide latent.",
+        deepseek_v2_mla(kv_lora_rank=256, rope_dim=64),
+        max_model_len=2048,
+    ),
+    Case(
+        "deepseek-v2-mla-fp8",
+        "Case deepseek-v2-mla with --kv-cache-dtype fp8 (the CPU MLA backend lists only auto).",
+        deepseek_v2_mla(),
+        max_model_len=2048,
+        extra_args=("--kv-cache-dtype", "fp8"),
+    ),
+    Case(
+        "phi3-sliding-cpu-defaults",
+        "Case phi3-sliding without scheduler flags: the CPU defaults of max_num_batched_tokens and max_num_seqs.",
+        phi3(255),
+        max_model_len=4096,
+    ),
+    Case(
+        "mistral-sliding-mnbt512",
+        "Case mistral-sliding with --max-num-batched-tokens 512 --max-num-seqs 64 (a shorter in-flight span).",
+        mistral_sliding(256),
+        max_model_len=4096,
+        extra_args=("--max-num-batched-tokens", "512", "--max-num-seqs", "64"),
+    ),
+    Case(
         "gpt-bigcode-mqa",
         "GPT-BigCode, 4 layers, 8 heads × 32, multi_query true (transformers sets 1 KV head), bf16.",
         gpt_bigcode(),
