@@ -276,7 +276,9 @@ class Engine:
         s = self.scheduler
         pending, transit = self.pending, self.transit
         while True:
-            if (pending and pending[0].arrival_seconds <= self.clock) or (transit and transit[0][0] <= self.clock):
+            if (pending and pending[0].arrival_seconds <= self.clock) or (
+                transit and transit[0][0] <= self.clock
+            ):
                 self._send_due()  # (nothing is due otherwise: the same as calling it)
             if not s.running and not s.waiting:
                 if not self.pending and not self.transit:
