@@ -94,3 +94,46 @@ def test_the_key_read_from_the_core_result_is_the_key_of_the_response() -> None:
         plan = make_plan(catalog, PlanRequestBody.model_validate(body))
         assert plan.calibration is not None
         assert plan.calibration.key == calibration_key(plan), body
+
+
+def test_keys_written_from_a_configuration_template_are_the_keys_of_the_responses() -> None:
+    """A configuration planned at many lengths takes its key from one template of the canonical JSON
+    (``calibration_key.key_template``); every key is still ``calibration_key(response)``, and the lengths, the
+    batch sizes they imply and an integer utilisation (``1`` is written ``1.0``) still tell keys apart."""
+    from service.planning import calibration_key as keys
+
+    catalog = builtin_snapshot()
+    configurations = [
+        {"model": "llama-3.1-8b", "gpu": "h100-sxm-80gb"},
+        {"model": "llama-3.1-8b", "gpu": "l4", "gpu_memory_utilization": 1},
+        {"model": "llama-3.1-8b", "gpu": "l4", "gpu_memory_utilization": 1.0},
+        {"model": "qwen3-30b-a3b", "gpu": "l4", "engine": "vllm-0.10-v0"},  # V0: the batch follows the length
+        {"model": "llama-3.1-8b", "gpu": {"memory_bytes": 48 * 2**30, "name": "lab"}},
+        {"model": "mistral-7b-v0.1", "kv_cache_memory_bytes": 2**33, "engine": "vllm-0.20"},
+        {
+            "model": "llama-3.1-8b",
+            "gpu": "l4",
+            "pipeline_parallel_size": 2,
+            "pipeline_layer_partition": [8, 24],
+        },
+    ]
+    keys._TEMPLATES.clear()
+    seen: dict[str, object] = {}
+    for configuration in configurations:
+        for length in (1, 40, 2048, 2049, 40_000, 131_072):
+            for max_num_seqs in (None, 3):
+                body = {**configuration, "max_model_len": length}
+                if max_num_seqs:
+                    body["max_num_seqs"] = max_num_seqs
+                plan = make_plan(catalog, PlanRequestBody.model_validate(body))
+                assert plan.calibration is not None
+                assert plan.calibration.key == calibration_key(plan), body
+                settings = plan.settings
+                configured = (
+                    plan.model.name,
+                    plan.gpu.name if plan.gpu else None,
+                    settings.model_dump_json(),
+                )
+                assert seen.setdefault(plan.calibration.key, configured) == configured, body
+    assert 0 < len(keys._TEMPLATES) < len(seen)  # templates were made, and shared across lengths
+    assert None not in keys._TEMPLATES.values()
