@@ -116,13 +116,19 @@ _REQUEST_RANGES: Final[dict[str, tuple[int, int]]] = {
 
 def check_request_ranges(request: Any) -> None:
     """Every bounded setting of a ``PlanRequest`` (duck-typed: ``bounds`` sits below the planner)."""
-    for name, (minimum, maximum) in _REQUEST_RANGES.items():
+    for name in _REQUEST_RANGES:
         value = getattr(request, name, None)
         if value is not None:
-            check_int(value, field=name, minimum=minimum, maximum=maximum)
+            check_request_range(name, value)
     check_finite(
         getattr(request, "gpu_memory_utilization", None), field="gpu_memory_utilization", minimum=0, maximum=1
     )
+
+
+def check_request_range(name: str, value: Any) -> None:
+    """One bounded setting of a ``PlanRequest`` (``name`` one of ``_REQUEST_RANGES``)."""
+    minimum, maximum = _REQUEST_RANGES[name]
+    check_int(value, field=name, minimum=minimum, maximum=maximum)
 
 
 def check_sweep_size(**factors: int) -> None:

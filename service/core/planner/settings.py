@@ -7,10 +7,11 @@ accepts but changes (an ``int8`` KV cache alias, bf16 cast to fp16 on GPUs witho
 
 from __future__ import annotations
 
-from dataclasses import replace
+import operator
+from dataclasses import fields, replace
 from typing import NamedTuple
 
-from service.core.bounds import check_request_ranges
+from service.core.bounds import check_request_range, check_request_ranges
 from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
 from service.core.engines import EngineProfile, resolve_engine
 from service.core.errors import InvalidSpec
@@ -68,33 +69,131 @@ class Settings(NamedTuple):
 
 
 def resolve_settings(request: PlanRequest) -> Settings:
-    """Check the request and fill in the release's defaults (``EngineArgs`` / ``VllmConfig`` post-init)."""
-    model, gpu = request.model, request.gpu
-    engine = resolve_engine(request.engine)
-    tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
-    _reject_invalid(request, engine)
-    kv_dtype, kv_messages = _kv_cache_dtype(request, engine)
-    dtype, dtype_messages = _model_dtype(request, engine)
-    quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
+    """Check the request and fill in the release's defaults (``EngineArgs`` / ``VllmConfig`` post-init).
+
+    Most of it does not read the length: that part (``LengthFree``) is resolved once per configuration and
+    kept (``length_free``); the length, the batch sizes that follow it and the scheduler's checks of them are
+    resolved for every request, and the messages are put back in the order vLLM meets them.
+    """
+    base = length_free(request)
+    engine = base.engine
     max_len, derived_len, len_messages = _max_model_len(request)
     mns, mnbt, chunked = _batch(request, engine, max_len)
-    model, state_messages = _state_dtypes(request, engine)
-    block_size, block_messages = _block_size(request, engine)
     # In the order vLLM meets them (it stops at the first error): ``ModelConfig`` (the length), then
     # ``SchedulerConfig``, then ``VllmConfig`` (quantisation capability, heads over TP; the vocabulary and KV-head
     # splits of the layers built later are listed with the heads), the worker's dtype check, the quantised shards,
-    # and the attention kernels' block sizes when the KV cache is laid out.
-    messages = [*kv_messages, *block_messages, *len_messages, *state_messages]
-    messages += scheduler_checks(request, engine, max_len, mns, mnbt, chunked)
-    messages += quantization_capability(
-        request.quantization or model.quantization, gpu, request.device, quantization_min_capability(engine)
+    # and the attention kernels' block sizes when the KV cache is laid out (``LengthFree.late``).
+    messages = (
+        *base.early,
+        *len_messages,
+        *base.state,
+        *scheduler_checks(request, engine, max_len, mns, mnbt, chunked),
+        *base.late,
     )
-    messages += tensor_parallel_messages(model, tp)
-    messages += dtype_messages
-    messages += quantized_shape_messages(model, quant, tp, engine, gpu, request.quantization)
-    messages += model_build_messages(model, engine)
-    messages += kernel_block_size_messages(model, engine, request.device, block_size)
-    messages += cpu_fp8_head_size_messages(model, engine, request.device, kv_dtype.name)
+    return Settings(
+        engine=engine,
+        model=base.model,
+        gpu=request.gpu,
+        device=request.device,
+        tensor_parallel_size=request.tensor_parallel_size,
+        pipeline_parallel_size=request.pipeline_parallel_size,
+        layer_partition=request.pipeline_layer_partition,
+        stage_gpus=request.pipeline_stage_gpus,
+        kv_dtype=base.kv_dtype,
+        quantization=base.quantization,
+        dtype=base.dtype,
+        derived_max_model_len=derived_len,
+        max_model_len=max_len,
+        max_model_len_auto=request.max_model_len_auto,
+        max_num_seqs=mns,
+        max_num_batched_tokens=mnbt,
+        gpu_memory_utilization=base.gpu_memory_utilization,
+        kv_cache_memory_bytes=request.kv_cache_memory_bytes,
+        num_gpu_blocks_override=request.num_gpu_blocks_override,
+        block_size=base.block_size,
+        enforce_eager=request.enforce_eager,
+        async_scheduling=base.async_scheduling,
+        enable_chunked_prefill=chunked,
+        coefficients=request.coefficients,
+        detail=request.detail,
+        features=request.features,
+        exact=request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None,
+        messages=messages,
+    )
+
+
+class LengthFree(NamedTuple):
+    """What stage 1 resolves without reading ``max_model_len`` (nor ``suggest`` or ``detail``)."""
+
+    engine: EngineProfile
+    kv_dtype: KvCacheDtype
+    dtype: str
+    quantization: QuantScheme | None
+    model: ModelSpec  # its state dtypes settled
+    block_size: int
+    gpu_memory_utilization: float
+    async_scheduling: bool
+    early: tuple[Message, ...]  # the KV cache dtype's and the block size's: before the length's
+    state: tuple[Message, ...]  # the state dtypes': after the length's, before the scheduler's
+    # After the scheduler's: quantisation capability, TP splits, the model dtype, quantised shards, kernels.
+    late: tuple[Message, ...]
+
+
+_LENGTH_FREE_MAX = 4096
+_Key = tuple[tuple[object, ...], tuple[type, ...]]
+_LENGTH_FREE: dict[_Key, LengthFree] = {}
+_read_request = operator.attrgetter(*(f.name for f in fields(PlanRequest)))
+_UNREAD = tuple(
+    i for i, f in enumerate(fields(PlanRequest)) if f.name in ("max_model_len", "suggest", "detail")
+)
+
+
+def length_free(request: PlanRequest) -> LengthFree:
+    """``LengthFree`` of ``request``, kept by every other field of it and their types (``1`` and ``1.0`` are
+    equal keys but print differently); a new spec (a reloaded catalog) is a new key.
+
+    Raises what ``resolve_settings`` raises, in the same order. A request first seen is checked in full
+    (``_reject_invalid``, ``max_model_len`` included) and resolved in vLLM's order, the length's own refusal
+    (``_max_model_len``) between the KV cache dtype's and the rest's. A known configuration passed every check
+    but the length's: only those are made again (``_reject_length``), before the length's refusal.
+    """
+    values = _read_request(request)
+    unread = list(values)
+    for index in _UNREAD:
+        unread[index] = None
+    key: _Key = (tuple(unread), tuple(map(type, values)))
+    keep = True
+    try:
+        known = _LENGTH_FREE.get(key)
+    except TypeError:  # a field that cannot be a key (a list where a tuple belongs): resolved, not kept
+        known, keep = None, False
+    if known is not None:
+        _reject_length(request)
+        return known
+    engine = resolve_engine(request.engine)
+    _reject_invalid(request, engine)
+    kv_dtype, kv_messages = _kv_cache_dtype(request, engine)
+    dtype, dtype_messages = _model_dtype(request, engine)
+    model = request.model
+    quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
+    _max_model_len(request)  # its refusal comes here in vLLM's order
+    tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
+    model, state_messages = _state_dtypes(request, engine)
+    block_size, block_messages = _block_size(request, engine)
+    late = [
+        *quantization_capability(
+            request.quantization or model.quantization,
+            request.gpu,
+            request.device,
+            quantization_min_capability(engine),
+        ),
+        *tensor_parallel_messages(model, tp),
+        *dtype_messages,
+        *quantized_shape_messages(model, quant, tp, engine, request.gpu, request.quantization),
+        *model_build_messages(model, engine),
+        *kernel_block_size_messages(model, engine, request.device, block_size),
+        *cpu_fp8_head_size_messages(model, engine, request.device, kv_dtype.name),
+    ]
     util = request.gpu_memory_utilization
     async_scheduling = (
         request.async_scheduling
@@ -105,36 +204,33 @@ def resolve_settings(request: PlanRequest) -> Settings:
             and (pp == 1 or engine.async_scheduling_default_with_pp)
         )
     )
-    return Settings(
+    found = LengthFree(
         engine=engine,
-        model=model,
-        gpu=gpu,
-        device=request.device,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        layer_partition=request.pipeline_layer_partition,
-        stage_gpus=request.pipeline_stage_gpus,
         kv_dtype=kv_dtype,
-        quantization=quant,
         dtype=dtype,
-        derived_max_model_len=derived_len,
-        max_model_len=max_len,
-        max_model_len_auto=request.max_model_len_auto,
-        max_num_seqs=mns,
-        max_num_batched_tokens=mnbt,
-        gpu_memory_utilization=util if util is not None else engine.default_gpu_memory_utilization,
-        kv_cache_memory_bytes=request.kv_cache_memory_bytes,
-        num_gpu_blocks_override=request.num_gpu_blocks_override,
+        quantization=quant,
+        model=model,
         block_size=block_size,
-        enforce_eager=request.enforce_eager,
+        gpu_memory_utilization=util if util is not None else engine.default_gpu_memory_utilization,
         async_scheduling=async_scheduling,
-        enable_chunked_prefill=chunked,
-        coefficients=request.coefficients,
-        detail=request.detail,
-        features=request.features,
-        exact=request.kv_cache_memory_bytes is not None or request.num_gpu_blocks_override is not None,
-        messages=tuple(messages),
+        early=(*kv_messages, *block_messages),
+        state=tuple(state_messages),
+        late=tuple(late),
     )
+    if keep:
+        if len(_LENGTH_FREE) >= _LENGTH_FREE_MAX:
+            _LENGTH_FREE.clear()
+        _LENGTH_FREE[key] = found
+    return found
+
+
+def _reject_length(request: PlanRequest) -> None:
+    """``_reject_invalid``'s checks of ``max_model_len``, in its order (the others read nothing else of it)."""
+    length = request.max_model_len
+    if length is not None:
+        if length < 1:
+            raise InvalidSpec("must be ≥ 1", field="max_model_len")
+        check_request_range("max_model_len", length)
 
 
 def _kv_cache_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[KvCacheDtype, list[Message]]:
