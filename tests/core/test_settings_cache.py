@@ -36,7 +36,7 @@ OTHERS: list[dict[str, Any]] = [
 ]
 
 
-def resolved(request: PlanRequest) -> object:
+def resolved(request: PlanRequest) -> stage.Settings | tuple[str | None, str]:
     try:
         return stage.resolve_settings(request)
     except InvalidSpec as exc:
@@ -61,11 +61,11 @@ def test_settings_resolved_from_the_kept_part_are_the_settings_resolved_afresh()
     assert 0 < kept < len(requests) // 2
     refusals = 0
     for request, before, after in zip(requests, fresh, warm, strict=True):
-        assert after == before, (request.model.name, request.gpu, request.max_model_len)
+        assert after == before, (request.model.architecture, request.gpu, request.max_model_len)
         refusals += not isinstance(before, stage.Settings)
     assert 0 < refusals < len(requests)
     # a length refused together with an earlier rule reports the earlier rule; with a later one, the length
-    first = {
+    first: dict[tuple[int | None, int, int | None], str] = {
         (0, 0, None): "tensor_parallel_size",
         (0, 1, 0): "max_model_len",
         (10**9, 1, 0): "block_size",  # the minimums come before the ranges
