@@ -183,7 +183,7 @@ def plain_tokens(value: object) -> bool:
 
 # --- the answer, as ``PlanResponse`` writes it -------------------------------------------------------------
 
-_INTERNAL_FIELDS = frozenset({"layout", "in_flight_tokens", "state_pages"})
+_INTERNAL_FIELDS = frozenset({"layout", "in_flight_tokens", "state_pages", "shared"})
 _RESPONSE_ORDER = (
     "model",
     "gpu",

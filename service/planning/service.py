@@ -27,7 +27,7 @@ from service.core.planner import (
     Term,
     plan,
 )
-from service.core.planner.results import FeaturesResult
+from service.core.planner.results import FeaturesResult, SharedResults
 from service.core.specs import GpuSpec, ModelSpec
 from service.errors import Unprocessable
 from service.planning.calibration import (
@@ -97,7 +97,7 @@ def resolve_gpu_ref(
     return found.spec, Subject(name=found.name, source="catalog")
 
 
-_INTERNAL_FIELDS = frozenset({"layout", "in_flight_tokens", "state_pages"})
+_INTERNAL_FIELDS = frozenset({"layout", "in_flight_tokens", "state_pages", "shared"})
 
 
 _RESPONSE_FIELDS = tuple(f.name for f in dataclasses.fields(CapacityPlan) if f.name not in _INTERNAL_FIELDS)
@@ -140,6 +140,9 @@ def make_plan_json(
         response = to_response(planned.result, model=planned.model, gpu=planned.gpu)
         return apply_calibration(response, calibrations, key=planned.key).model_dump_json().encode()
     result = planned.result
+    calibration = Uncalibrated(key=planned.key)
+    if result.shared is not None:
+        return write_shared_plan(planned.subjects, result, result.shared, calibration)
     fields: PlanFields = {
         "settings": result.settings,
         "kv_cache": result.kv_cache,
@@ -152,11 +155,63 @@ def make_plan_json(
         "breakdown": result.breakdown,
         "stages": result.stages,
         "projections": result.projections,
-        "calibration": Uncalibrated(key=planned.key),
+        "calibration": calibration,
         "features": result.features,
     }
     rest = PLAN_JSON.dump_json(fields)  # b'{"settings":…}': its brace opens the response before the subjects
     return b"".join((planned.subjects, b",", rest[1:]))
+
+
+def write_shared_plan(
+    subjects: bytes, result: CapacityPlan, shared: SharedResults, calibration: Uncalibrated
+) -> bytes:
+    """``PLAN_JSON``'s bytes of a plan without serving features: the parts its configuration shares
+    (``SharedResults``: memory, stages, the breakdown's leading terms) are written once per configuration
+    (``shared_json``), the rest in pieces around them, in the response's order. Every piece is an object of
+    the response's fields written by the same types; its braces are cut off where the pieces join."""
+    memory, breakdown, stages = shared_json(shared)
+    head = PLAN_HEAD_JSON.dump_json({"settings": result.settings, "kv_cache": result.kv_cache})
+    verdict = PLAN_VERDICT_JSON.dump_json(
+        {
+            "fits": result.fits,
+            "exact": result.exact,
+            "max_model_len_that_fits": result.max_model_len_that_fits,
+            "messages": result.messages,
+            "suggestions": result.suggestions,
+        }
+    )
+    own_terms = result.breakdown[len(shared.terms) :]
+    if own_terms:  # b'"breakdown":[shared…' + b',' + b'own…]' (or the own terms alone)
+        own = PLAN_BREAKDOWN_JSON.dump_json({"breakdown": own_terms})[1:-1]
+        if shared.terms:
+            own = b"".join((breakdown[:-1], b",", own[len(b'"breakdown":[') :]))
+        breakdown = own
+    tail = PLAN_TAIL_JSON.dump_json(
+        {"projections": result.projections, "calibration": calibration, "features": None}
+    )
+    pieces = (subjects, head[1:-1], memory, verdict[1:-1], breakdown, stages, tail[1:])
+    return b",".join(pieces)
+
+
+_SHARED_JSON_MAX = 4096
+_SHARED_JSON: dict[int, tuple[SharedResults, bytes, bytes, bytes]] = {}
+
+
+def shared_json(shared: SharedResults) -> tuple[bytes, bytes, bytes]:
+    """``"memory":{…}``, ``"breakdown":[…]`` (the shared terms) and ``"stages":[…]`` of ``shared``, kept by the
+    object's identity (the entry holds the object, so the identity is not reused while it is kept)."""
+    known = _SHARED_JSON.get(id(shared))
+    if known is None or known[0] is not shared:
+        known = (
+            shared,
+            PLAN_MEMORY_JSON.dump_json({"memory": shared.memory})[1:-1],
+            PLAN_BREAKDOWN_JSON.dump_json({"breakdown": shared.terms})[1:-1],
+            PLAN_STAGES_JSON.dump_json({"stages": shared.stages})[1:-1],
+        )
+        if len(_SHARED_JSON) >= _SHARED_JSON_MAX:
+            _SHARED_JSON.clear()
+        _SHARED_JSON[id(shared)] = known
+    return known[1], known[2], known[3]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -284,3 +339,55 @@ class PlanFields(TypedDict):
 PLAN_JSON: TypeAdapter[PlanFields] = TypeAdapter(PlanFields)
 """Writes ``PlanFields`` as ``PlanResponse.model_dump_json`` writes those fields (tests/planning/test_lane.py
 compares the two over the catalog)."""
+
+
+@with_config(ConfigDict(defer_build=True))
+class PlanHead(TypedDict):
+    """``PlanFields`` before ``memory``."""
+
+    settings: ResolvedSettings
+    kv_cache: KvCacheResult
+
+
+@with_config(ConfigDict(defer_build=True))
+class PlanVerdict(TypedDict):
+    """``PlanFields`` from ``fits`` to ``suggestions``."""
+
+    fits: bool
+    exact: bool
+    max_model_len_that_fits: int
+    messages: tuple[Message, ...]
+    suggestions: tuple[Suggestion, ...]
+
+
+@with_config(ConfigDict(defer_build=True))
+class PlanTail(TypedDict):
+    """``PlanFields`` after ``stages``."""
+
+    projections: Projections | None
+    calibration: Uncalibrated
+    features: FeaturesResult | None
+
+
+@with_config(ConfigDict(defer_build=True))
+class PlanMemory(TypedDict):
+    memory: MemoryResult
+
+
+@with_config(ConfigDict(defer_build=True))
+class PlanBreakdown(TypedDict):
+    breakdown: tuple[Term, ...]
+
+
+@with_config(ConfigDict(defer_build=True))
+class PlanStages(TypedDict):
+    stages: tuple[StageResult, ...]
+
+
+# ``PLAN_JSON`` in pieces, for ``write_shared_plan`` (the same field types, so the same JSON).
+PLAN_HEAD_JSON: TypeAdapter[PlanHead] = TypeAdapter(PlanHead)
+PLAN_VERDICT_JSON: TypeAdapter[PlanVerdict] = TypeAdapter(PlanVerdict)
+PLAN_TAIL_JSON: TypeAdapter[PlanTail] = TypeAdapter(PlanTail)
+PLAN_MEMORY_JSON: TypeAdapter[PlanMemory] = TypeAdapter(PlanMemory)
+PLAN_STAGES_JSON: TypeAdapter[PlanStages] = TypeAdapter(PlanStages)
+PLAN_BREAKDOWN_JSON: TypeAdapter[PlanBreakdown] = TypeAdapter(PlanBreakdown)

@@ -20,6 +20,7 @@ from service.api.edge import Edge
 from service.catalog.builtin import builtin_snapshot
 from service.catalog.snapshot import CatalogSnapshot
 from service.errors import Unprocessable
+from service.planning import service
 from service.planning.lane import PlanLane
 from service.planning.router import PlanCache
 from service.planning.schemas import PlanRequestBody
@@ -150,10 +151,12 @@ VARIANTS: list[dict[str, Any]] = [
 
 
 def test_plans_written_from_the_core_are_the_response_models_bytes() -> None:
-    """``make_plan_json`` writes the core's dataclasses directly; ``make_plan`` validates them into
+    """``make_plan_json`` writes the core's dataclasses directly (a plan without serving features in pieces
+    around the JSON its configuration shares, ``write_shared_plan``); ``make_plan`` validates them into
     ``PlanResponse`` first. Over every catalog model, a spread of GPUs and settings (refusals, pipeline
     stages, V0, exact budgets, serving features) the bytes are the same, and no serialiser warns."""
     snapshot = builtin_snapshot()
+    service._SHARED_JSON.clear()
     compared = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a type the serialiser did not expect warns: fail on it
@@ -166,3 +169,22 @@ def test_plans_written_from_the_core_are_the_response_models_bytes() -> None:
             assert make_plan_json(snapshot, body) == expected, (model, gpu, variant)
             compared += 1
     assert compared > 1000
+    assert len(service._SHARED_JSON) > compared // 2  # most were written around shared pieces
+
+
+def test_plans_of_one_configuration_share_their_pieces_and_keep_their_bytes() -> None:
+    """Lengths of one configuration share the memory, stages and leading terms (one ``SharedResults``); each
+    plan's bytes are still its response model's, refused ones (suggestions, an over-long length) included."""
+    snapshot = builtin_snapshot()
+    shared = set()
+    for length in (1, 16, 2048, 4097, 131_072, 1_000_000):
+        body = PlanRequestBody.model_validate(
+            {"model": "gemma-3-27b", "gpu": "l40s", "max_model_len": length}
+        )
+        expected = make_plan(snapshot, body).model_dump_json().encode()
+        assert make_plan_json(snapshot, body) == expected, length
+        planned = service._plan_for(snapshot, body)
+        assert planned.result.shared is not None
+        assert planned.result.breakdown[: len(planned.result.shared.terms)] == planned.result.shared.terms
+        shared.add(id(planned.result.shared))
+    assert len(shared) <= 2  # the batch defaults follow the shortest lengths: at most one more configuration

@@ -37,6 +37,7 @@ from service.core.planner.results import (
     MemoryResult,
     Message,
     ResolvedSettings,
+    SharedResults,
     StageResult,
     projection_counts,
 )
@@ -71,8 +72,7 @@ class Fixed(NamedTuple):
     layout: Layout
     blocks: Blocks
     check: LengthCheck
-    memory_result: MemoryResult
-    stage_results: tuple[StageResult, ...]
+    shared: SharedResults  # the result's memory and stages, and the breakdown's terms up to the block count
     terms: FixedTerms | None  # plans with a breakdown only
     longest: dict[int, int]  # the longest request that fits, by search limit (``blocks.concurrency``)
 
@@ -103,19 +103,24 @@ def _fixed(settings: Settings, _types: tuple[type, ...]) -> Fixed:
     blocks = count_blocks(settings, layout, memory)
     check = length_check(settings, block_size, blocks)
     profiled = settings.kv_cache_memory_bytes is None
+    terms = (
+        explain_fixed(settings, block_size, memory, blocks, bytes_per_token(blocks.worst.specs))
+        if settings.detail
+        else None
+    )
+    shared = SharedResults(
+        memory=_memory_result(memory, blocks, profiled),
+        stages=_stage_results(blocks),
+        terms=terms.terms if terms is not None else (),
+    )
     return Fixed(
         shares=shares,
         memory=memory,
         layout=layout,
         blocks=blocks,
         check=check,
-        memory_result=_memory_result(memory, blocks, profiled),
-        stage_results=_stage_results(blocks),
-        terms=(
-            explain_fixed(settings, block_size, memory, blocks, bytes_per_token(blocks.worst.specs))
-            if settings.detail
-            else None
-        ),
+        shared=shared,
+        terms=terms,
         longest={},
     )
 
@@ -239,13 +244,13 @@ def plan(request: PlanRequest) -> CapacityPlan:
             num_gpu_blocks_low=max(blocks.num_gpu_blocks_low, 0),
             num_gpu_blocks_high=max(blocks.num_gpu_blocks_high, 0),
         ),
-        memory=fixed.memory_result if fixed else _memory_result(memory, blocks, profiled),
+        memory=fixed.shared.memory if fixed else _memory_result(memory, blocks, profiled),
         fits=verdict.fits,
         max_model_len_that_fits=capacity.max_model_len_that_fits,
         messages=(*earlier, *verdict.messages, *breakdown.messages),
         suggestions=suggestions,
         breakdown=breakdown.terms,
-        stages=fixed.stage_results if fixed else _stage_results(blocks),
+        stages=fixed.shared.stages if fixed else _stage_results(blocks),
         projections=(
             projection_counts(request.prompt_tokens, request.output_tokens)
             if request.prompt_tokens and request.output_tokens
@@ -256,6 +261,7 @@ def plan(request: PlanRequest) -> CapacityPlan:
         layout=lay,
         in_flight_tokens=capacity.in_flight_tokens,
         state_pages=capacity.state_pages,
+        shared=fixed.shared if fixed else None,
     )
 
 

@@ -134,6 +134,17 @@ class FeaturesResult:
     effective_max_concurrency: float  # with the declared shared prefix (= max_concurrency without one)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class SharedResults:
+    """What every plan of one configuration without serving features holds, as the very same objects (computed
+    once per configuration by ``pipeline.fixed_stages``): its ``memory``, its ``stages`` and the leading terms
+    of its ``breakdown`` (none in a verdict-only plan). A writer may keep their serialised form by identity."""
+
+    memory: MemoryResult
+    stages: tuple[StageResult, ...]
+    terms: tuple[Term, ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityPlan:
     settings: ResolvedSettings
@@ -152,6 +163,7 @@ class CapacityPlan:
     layout: KvLayout | None = field(default=None, repr=False, compare=False)
     in_flight_tokens: int = 0
     state_pages: int = 1
+    shared: SharedResults | None = field(default=None, repr=False, compare=False)  # not in the response
 
     def concurrency_at(self, context_tokens: int) -> float:
         """Requests of ``context_tokens`` tokens the cache holds at once (vLLM's concurrency formula)."""
