@@ -165,14 +165,15 @@ def make_plan_json(
 def write_shared_plan(
     subjects: bytes, result: CapacityPlan, shared: SharedResults, calibration: Uncalibrated
 ) -> bytes:
-    """``PLAN_JSON``'s bytes of a plan without serving features: the parts its configuration shares
-    (``SharedResults``: memory, stages, the breakdown's leading terms) are written once per configuration
-    (``shared_json``), the rest in pieces around them, in the response's order. Every piece is an object of
-    the response's fields written by the same types; its braces are cut off where the pieces join."""
-    memory, breakdown, stages = shared_json(shared)
-    head = PLAN_HEAD_JSON.dump_json({"settings": result.settings, "kv_cache": result.kv_cache})
-    verdict = PLAN_VERDICT_JSON.dump_json(
+    """``PLAN_JSON``'s bytes of a plan without serving features, with the breakdown's leading terms (the
+    configuration's, ``SharedResults.terms``: most of the response) written once per configuration
+    (``shared_terms_json``). The rest is two objects of the response's fields, written by the same types:
+    up to ``suggestions``, and from ``breakdown`` on (the plan's own terms), whose list the shared terms open."""
+    head = PLAN_HEAD_JSON.dump_json(
         {
+            "settings": result.settings,
+            "kv_cache": result.kv_cache,
+            "memory": result.memory,
             "fits": result.fits,
             "exact": result.exact,
             "max_model_len_that_fits": result.max_model_len_that_fits,
@@ -181,37 +182,45 @@ def write_shared_plan(
         }
     )
     own_terms = result.breakdown[len(shared.terms) :]
-    if own_terms:  # b'"breakdown":[shared…' + b',' + b'own…]' (or the own terms alone)
-        own = PLAN_BREAKDOWN_JSON.dump_json({"breakdown": own_terms})[1:-1]
-        if shared.terms:
-            own = b"".join((breakdown[:-1], b",", own[len(b'"breakdown":[') :]))
-        breakdown = own
     tail = PLAN_TAIL_JSON.dump_json(
-        {"projections": result.projections, "calibration": calibration, "features": None}
+        {
+            "breakdown": own_terms,
+            "stages": result.stages,
+            "projections": result.projections,
+            "calibration": calibration,
+            "features": None,
+        }
     )
-    pieces = (subjects, head[1:-1], memory, verdict[1:-1], breakdown, stages, tail[1:])
-    return b",".join(pieces)
+    terms = shared_terms_json(shared)
+    between = b"," if terms and own_terms else b""
+    opened = len(_TAIL_OPENS)  # tail: b'{"breakdown":[' own terms… b'],"stages":…}'
+    return b"".join((subjects, b",", head[1:-1], b",", tail[1:opened], terms, between, tail[opened:]))
 
 
-_SHARED_JSON_MAX = 4096
-_SHARED_JSON: dict[int, tuple[SharedResults, bytes, bytes, bytes]] = {}
+_TAIL_OPENS = b'{"breakdown":['
+_SHARED_TERMS_MAX = 4096
+_SHARED_TERMS: dict[int, tuple[SharedResults, bytes]] = {}
 
 
-def shared_json(shared: SharedResults) -> tuple[bytes, bytes, bytes]:
-    """``"memory":{…}``, ``"breakdown":[…]`` (the shared terms) and ``"stages":[…]`` of ``shared``, kept by the
-    object's identity (the entry holds the object, so the identity is not reused while it is kept)."""
-    known = _SHARED_JSON.get(id(shared))
+def shared_terms_json(shared: SharedResults) -> bytes:
+    """``shared.terms`` as the breakdown list writes them, without the brackets; kept by the object's identity
+    (the entry holds the object, so the identity is not reused while it is kept)."""
+    known = _SHARED_TERMS.get(id(shared))
     if known is None or known[0] is not shared:
-        known = (
-            shared,
-            PLAN_MEMORY_JSON.dump_json({"memory": shared.memory})[1:-1],
-            PLAN_BREAKDOWN_JSON.dump_json({"breakdown": shared.terms})[1:-1],
-            PLAN_STAGES_JSON.dump_json({"stages": shared.stages})[1:-1],
+        written = PLAN_TAIL_JSON.dump_json(
+            {
+                "breakdown": shared.terms,
+                "stages": (),
+                "projections": None,
+                "calibration": Uncalibrated(key=""),
+                "features": None,
+            }
         )
-        if len(_SHARED_JSON) >= _SHARED_JSON_MAX:
-            _SHARED_JSON.clear()
-        _SHARED_JSON[id(shared)] = known
-    return known[1], known[2], known[3]
+        known = (shared, written[len(_TAIL_OPENS) : written.index(b'],"stages":[]')])
+        if len(_SHARED_TERMS) >= _SHARED_TERMS_MAX:
+            _SHARED_TERMS.clear()
+        _SHARED_TERMS[id(shared)] = known
+    return known[1]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -343,16 +352,11 @@ compares the two over the catalog)."""
 
 @with_config(ConfigDict(defer_build=True))
 class PlanHead(TypedDict):
-    """``PlanFields`` before ``memory``."""
+    """``PlanFields`` up to ``suggestions``."""
 
     settings: ResolvedSettings
     kv_cache: KvCacheResult
-
-
-@with_config(ConfigDict(defer_build=True))
-class PlanVerdict(TypedDict):
-    """``PlanFields`` from ``fits`` to ``suggestions``."""
-
+    memory: MemoryResult
     fits: bool
     exact: bool
     max_model_len_that_fits: int
@@ -362,32 +366,15 @@ class PlanVerdict(TypedDict):
 
 @with_config(ConfigDict(defer_build=True))
 class PlanTail(TypedDict):
-    """``PlanFields`` after ``stages``."""
+    """``PlanFields`` from ``breakdown`` on."""
 
+    breakdown: tuple[Term, ...]
+    stages: tuple[StageResult, ...]
     projections: Projections | None
     calibration: Uncalibrated
     features: FeaturesResult | None
 
 
-@with_config(ConfigDict(defer_build=True))
-class PlanMemory(TypedDict):
-    memory: MemoryResult
-
-
-@with_config(ConfigDict(defer_build=True))
-class PlanBreakdown(TypedDict):
-    breakdown: tuple[Term, ...]
-
-
-@with_config(ConfigDict(defer_build=True))
-class PlanStages(TypedDict):
-    stages: tuple[StageResult, ...]
-
-
-# ``PLAN_JSON`` in pieces, for ``write_shared_plan`` (the same field types, so the same JSON).
+# ``PLAN_JSON`` in two pieces, for ``write_shared_plan`` (the same field types, so the same JSON).
 PLAN_HEAD_JSON: TypeAdapter[PlanHead] = TypeAdapter(PlanHead)
-PLAN_VERDICT_JSON: TypeAdapter[PlanVerdict] = TypeAdapter(PlanVerdict)
 PLAN_TAIL_JSON: TypeAdapter[PlanTail] = TypeAdapter(PlanTail)
-PLAN_MEMORY_JSON: TypeAdapter[PlanMemory] = TypeAdapter(PlanMemory)
-PLAN_STAGES_JSON: TypeAdapter[PlanStages] = TypeAdapter(PlanStages)
-PLAN_BREAKDOWN_JSON: TypeAdapter[PlanBreakdown] = TypeAdapter(PlanBreakdown)

@@ -156,7 +156,7 @@ def test_plans_written_from_the_core_are_the_response_models_bytes() -> None:
     ``PlanResponse`` first. Over every catalog model, a spread of GPUs and settings (refusals, pipeline
     stages, V0, exact budgets, serving features) the bytes are the same, and no serialiser warns."""
     snapshot = builtin_snapshot()
-    service._SHARED_JSON.clear()
+    service._SHARED_TERMS.clear()
     compared = 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a type the serialiser did not expect warns: fail on it
@@ -169,7 +169,7 @@ def test_plans_written_from_the_core_are_the_response_models_bytes() -> None:
             assert make_plan_json(snapshot, body) == expected, (model, gpu, variant)
             compared += 1
     assert compared > 1000
-    assert len(service._SHARED_JSON) > compared // 2  # most were written around shared pieces
+    assert len(service._SHARED_TERMS) > compared // 2  # most were written around shared pieces
 
 
 def test_plans_of_one_configuration_share_their_pieces_and_keep_their_bytes() -> None:
