@@ -41,7 +41,7 @@ from service.core.planner.results import (
     StageResult,
     projection_counts,
 )
-from service.core.planner.settings import Settings, resolve_settings
+from service.core.planner.settings import LengthFree, Settings, length_free, settings_at_length
 from service.core.planner.suggestions import suggest
 from service.core.planner.verdict import Verdict, judge
 from service.core.weights import WeightShare
@@ -125,11 +125,42 @@ def _fixed(settings: Settings, _types: tuple[type, ...]) -> Fixed:
     )
 
 
+FIXED_PER_CONFIGURATION = 4
+"""Stages kept per configuration: the batch sizes of the shortest lengths, with and without ``detail``. V0
+without chunked prefill batches a whole prompt (one set per length): those fall through to ``_fixed``'s own
+cache. With ``settings._LENGTH_FREE_MAX`` configurations this keeps at most as many as ``_fixed`` does."""
+
+
+def fixed_for(base: LengthFree, settings: Settings) -> Fixed:
+    """``fixed_stages(settings)``, kept with the configuration's ``LengthFree`` (``settings`` is
+    ``settings_at_length`` of it) by the settings that vary within a configuration and that the stages read:
+    the batch sizes and chunked prefill that follow the length, ``detail``, and an attention-free model's
+    length. Every other field of ``settings`` comes from the request fields that key ``base``."""
+    length = settings.max_model_len if is_attention_free(settings.model) else 0
+    varying = (
+        settings.max_num_seqs,
+        settings.max_num_batched_tokens,
+        settings.enable_chunked_prefill,
+        settings.detail,
+        length,
+    )
+    key = (varying, tuple(map(type, varying)))
+    memo = base.fixed
+    found = memo.get(key)
+    if found is None:
+        found = fixed_stages(settings)
+        if len(memo) >= FIXED_PER_CONFIGURATION:
+            memo.clear()
+        memo[key] = found
+    return found
+
+
 def judged(request: PlanRequest) -> Judged:
     """Settings through the verdict (stages 1–7), without suggestions or the breakdown."""
-    settings = resolve_settings(request)
+    base = length_free(request)
+    settings = settings_at_length(request, base)
     if settings.features is None:
-        fixed = fixed_stages(settings)
+        fixed = fixed_for(base, settings)
         return _judge(settings, None, fixed.memory, fixed.layout, fixed.blocks, fixed.check, fixed)
     shares = stage_weights(settings)
     costs = serving_feature_costs(settings, shares)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import fields, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from service.core.bounds import check_request_range, check_request_ranges
 from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
@@ -33,6 +33,9 @@ from service.core.planner.results import Message
 from service.core.specs import GpuSpec, ModelSpec
 from service.core.units import GIB
 from service.core.weights import QuantScheme, resolve_quantization
+
+if TYPE_CHECKING:
+    from service.core.planner.pipeline import Fixed
 
 
 class Settings(NamedTuple):
@@ -73,9 +76,14 @@ def resolve_settings(request: PlanRequest) -> Settings:
 
     Most of it does not read the length: that part (``LengthFree``) is resolved once per configuration and
     kept (``length_free``); the length, the batch sizes that follow it and the scheduler's checks of them are
-    resolved for every request, and the messages are put back in the order vLLM meets them.
+    resolved for every request (``settings_at_length``), and the messages are put back in the order vLLM meets
+    them.
     """
-    base = length_free(request)
+    return settings_at_length(request, length_free(request))
+
+
+def settings_at_length(request: PlanRequest, base: LengthFree) -> Settings:
+    """``resolve_settings`` of ``request`` from its ``LengthFree`` part (``length_free(request)``)."""
     engine = base.engine
     max_len, derived_len, len_messages = _max_model_len(request)
     mns, mnbt, chunked = _batch(request, engine, max_len)
@@ -137,9 +145,12 @@ class LengthFree(NamedTuple):
     state: tuple[Message, ...]  # the state dtypes': after the length's, before the scheduler's
     # After the scheduler's: quantisation capability, TP splits, the model dtype, quantised shards, kernels.
     late: tuple[Message, ...]
+    # The per-configuration stages of the plans of this configuration, by what varies with the length
+    # (``pipeline.fixed_for``; filled as plans are made, so a ``LengthFree`` is not hashable).
+    fixed: dict[tuple[tuple[object, ...], tuple[type, ...]], Fixed]
 
 
-_LENGTH_FREE_MAX = 4096
+_LENGTH_FREE_MAX = 1024
 _Key = tuple[tuple[object, ...], tuple[type, ...]]
 _LENGTH_FREE: dict[_Key, LengthFree] = {}
 _read_request = operator.attrgetter(*(f.name for f in fields(PlanRequest)))
@@ -216,6 +227,7 @@ def length_free(request: PlanRequest) -> LengthFree:
         early=(*kv_messages, *block_messages),
         state=tuple(state_messages),
         late=tuple(late),
+        fixed={},
     )
     if keep:
         if len(_LENGTH_FREE) >= _LENGTH_FREE_MAX:
