@@ -326,33 +326,9 @@ def subjects_json(model: Subject, gpu: Subject | None) -> bytes:
 
 
 @with_config(ConfigDict(defer_build=True))  # built on the first plan, not when the CLI imports this
-class PlanFields(TypedDict):
-    """``PlanResponse``'s fields after the subjects, in its order, holding the core's result dataclasses (same
-    names, same order)."""
-
-    settings: ResolvedSettings
-    kv_cache: KvCacheResult
-    memory: MemoryResult
-    fits: bool
-    exact: bool
-    max_model_len_that_fits: int
-    messages: tuple[Message, ...]
-    suggestions: tuple[Suggestion, ...]
-    breakdown: tuple[Term, ...]
-    stages: tuple[StageResult, ...]
-    projections: Projections | None
-    calibration: Uncalibrated
-    features: FeaturesResult | None
-
-
-PLAN_JSON: TypeAdapter[PlanFields] = TypeAdapter(PlanFields)
-"""Writes ``PlanFields`` as ``PlanResponse.model_dump_json`` writes those fields (tests/planning/test_lane.py
-compares the two over the catalog)."""
-
-
-@with_config(ConfigDict(defer_build=True))
 class PlanHead(TypedDict):
-    """``PlanFields`` up to ``suggestions``."""
+    """``PlanResponse``'s fields after the subjects up to ``suggestions``, in its order, holding the core's result
+    dataclasses (same names, same order)."""
 
     settings: ResolvedSettings
     kv_cache: KvCacheResult
@@ -366,7 +342,7 @@ class PlanHead(TypedDict):
 
 @with_config(ConfigDict(defer_build=True))
 class PlanTail(TypedDict):
-    """``PlanFields`` from ``breakdown`` on."""
+    """``PlanResponse``'s fields from ``breakdown`` on."""
 
     breakdown: tuple[Term, ...]
     stages: tuple[StageResult, ...]
@@ -374,6 +350,15 @@ class PlanTail(TypedDict):
     calibration: Uncalibrated
     features: FeaturesResult | None
 
+
+@with_config(ConfigDict(defer_build=True))
+class PlanFields(PlanHead, PlanTail):
+    """``PlanResponse``'s fields after the subjects: the head's, then the tail's (TypedDict bases keep that order)."""
+
+
+PLAN_JSON: TypeAdapter[PlanFields] = TypeAdapter(PlanFields)
+"""Writes ``PlanFields`` as ``PlanResponse.model_dump_json`` writes those fields (tests/planning/test_lane.py
+compares the two over the catalog)."""
 
 # ``PLAN_JSON`` in two pieces, for ``write_shared_plan`` (the same field types, so the same JSON).
 PLAN_HEAD_JSON: TypeAdapter[PlanHead] = TypeAdapter(PlanHead)
