@@ -162,6 +162,19 @@ def _graph_estimate(settings: Settings, layers: tuple[int, int], largest_batch: 
     )
 
 
+def _graphs_after_kv_cache(settings: Settings) -> bool:
+    """The release captures CUDA graphs after sizing the KV cache without charging them to the budget, on a GPU
+    whose overheads kvcap estimates (no KV budget given, not eager)."""
+    return (
+        settings.gpu is not None
+        and settings.device != "cpu"
+        and not settings.enforce_eager
+        and settings.kv_cache_memory_bytes is None
+        and bool(settings.engine.overheads)
+        and not settings.engine.subtracts_cudagraphs
+    )
+
+
 def _warm_up_after_kv_cache(settings: Settings, memory: MemoryBudget) -> list[Message]:
     """V1 before 0.20: the CUDA graphs and the sampler warm-up must fit in what the KV cache left.
 
@@ -184,16 +197,8 @@ def _warm_up_after_kv_cache(settings: Settings, memory: MemoryBudget) -> list[Me
     upper bound: memory held before the profiling snapshot (CUDA context, NCCL communicators from 0.11) and the
     caching allocator's fragmentation are not modelled, so the check errs towards "starts".
     """
-    engine, gpu = settings.engine, settings.gpu
-    if (
-        gpu is None
-        or settings.device == "cpu"
-        or settings.enforce_eager
-        or settings.kv_cache_memory_bytes is not None
-        or not engine.overheads
-        or engine.v0
-        or engine.subtracts_cudagraphs
-    ):
+    engine = settings.engine
+    if engine.v0 or not _graphs_after_kv_cache(settings):
         return []
     last = memory.stages[-1]
     requests = min(settings.max_num_seqs, settings.max_num_batched_tokens)
@@ -247,14 +252,7 @@ def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks
     that headroom vLLM logs its KV cache size, then can fail with CUDA out of memory while capturing.
     """
     engine, gpu = settings.engine, settings.gpu
-    if (
-        gpu is None
-        or settings.device == "cpu"
-        or settings.enforce_eager
-        or settings.kv_cache_memory_bytes is not None
-        or not engine.overheads
-        or engine.subtracts_cudagraphs
-    ):
+    if gpu is None or not _graphs_after_kv_cache(settings):
         return []
     stage = blocks.heaviest
     largest_batch = (
