@@ -144,14 +144,7 @@ def make_plan_json(
     if result.shared is not None:
         return write_shared_plan(planned.subjects, result, result.shared, calibration)
     fields: PlanFields = {
-        "settings": result.settings,
-        "kv_cache": result.kv_cache,
-        "memory": result.memory,
-        "fits": result.fits,
-        "exact": result.exact,
-        "max_model_len_that_fits": result.max_model_len_that_fits,
-        "messages": result.messages,
-        "suggestions": result.suggestions,
+        **plan_head(result),
         "breakdown": result.breakdown,
         "stages": result.stages,
         "projections": result.projections,
@@ -162,6 +155,20 @@ def make_plan_json(
     return b"".join((planned.subjects, b",", rest[1:]))
 
 
+def plan_head(result: CapacityPlan) -> PlanHead:
+    """The response's fields after the subjects up to ``suggestions``, from the core's plan."""
+    return {
+        "settings": result.settings,
+        "kv_cache": result.kv_cache,
+        "memory": result.memory,
+        "fits": result.fits,
+        "exact": result.exact,
+        "max_model_len_that_fits": result.max_model_len_that_fits,
+        "messages": result.messages,
+        "suggestions": result.suggestions,
+    }
+
+
 def write_shared_plan(
     subjects: bytes, result: CapacityPlan, shared: SharedResults, calibration: Uncalibrated
 ) -> bytes:
@@ -169,18 +176,7 @@ def write_shared_plan(
     configuration's, ``SharedResults.terms``: most of the response) written once per configuration
     (``shared_terms_json``). The rest is two objects of the response's fields, written by the same types:
     up to ``suggestions``, and from ``breakdown`` on (the plan's own terms), whose list the shared terms open."""
-    head = PLAN_HEAD_JSON.dump_json(
-        {
-            "settings": result.settings,
-            "kv_cache": result.kv_cache,
-            "memory": result.memory,
-            "fits": result.fits,
-            "exact": result.exact,
-            "max_model_len_that_fits": result.max_model_len_that_fits,
-            "messages": result.messages,
-            "suggestions": result.suggestions,
-        }
-    )
+    head = PLAN_HEAD_JSON.dump_json(plan_head(result))
     own_terms = result.breakdown[len(shared.terms) :]
     tail = PLAN_TAIL_JSON.dump_json(
         {
