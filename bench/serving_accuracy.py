@@ -11,8 +11,9 @@ How a case becomes a simulation:
   ``max_num_seqs``, ``max_num_batched_tokens``, ``gpu_memory_utilization``, ``enforce_eager`` and
   ``async_scheduling`` (``--async-scheduling``) as given; the
   engine profile the data names. When the source logged its KV-cache size, the block count is taken from it
-  (``num_gpu_blocks_override`` = logged tokens ÷ block size) so the scheduler sees the real pool. When its
-  start-up log says the GPUs lack P2P (``gpu_peer_to_peer: false``), the simulation is told so.
+  (``num_gpu_blocks_override`` = logged tokens ÷ block size; where only vLLM's "Available KV cache memory"
+  line is quoted, ``logged_kv_cache_gib``, the blocks those bytes hold) so the scheduler sees the real pool.
+  When its start-up log says the GPUs lack P2P (``gpu_peer_to_peer: false``), the simulation is told so.
 * **Workload.** Where the source's result file lists every request's prompt and generated tokens
   (``request_lengths``, from ``--save-result``'s ``input_lens``/``output_lens``), exactly those. Otherwise
   ``random`` as given (seed 0). The benchmark client's readiness probe (the first prompt, sent
@@ -142,6 +143,14 @@ def _client_warmup(bench: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+def blocks_from_available_kv_memory(gib: float, page_size_bytes: int, group_size: int) -> int:
+    """The KV-cache blocks V1 allocates from the memory its start-up log reports ("Available KV cache memory:
+    X GiB", per GPU): ``available // page_size // num_layers`` (vllm/v1/core/kv_cache_utils.py
+    ``get_num_blocks``, v0.10.1; kvcap's ``service.core.kv_cache.num_blocks``). The log prints two decimals,
+    so the count is known to within 0.005 GiB."""
+    return int(gib * 2**30) // page_size_bytes // group_size
+
+
 def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | str:
     """The simulation inputs of one case, or why it cannot be simulated."""
     model_entry = snapshot.find_model(case.get("model") or "")
@@ -186,6 +195,12 @@ def prepare(case: dict[str, Any], snapshot: CatalogSnapshot) -> PreparedCase | s
     logged = case.get("logged_kv_cache_tokens")
     if logged:
         blocks = int(logged) // first.kv_cache.block_size + (0 if first.settings.profile == "ideal" else 1)
+        request = PlanRequest(**{**settings, "num_gpu_blocks_override": blocks})
+    elif case.get("logged_kv_cache_gib"):
+        kv = first.kv_cache
+        blocks = blocks_from_available_kv_memory(
+            float(case["logged_kv_cache_gib"]), kv.page_size_bytes, kv.group_size
+        )
         request = PlanRequest(**{**settings, "num_gpu_blocks_override": blocks})
     if bench.get("request_lengths"):
         spec = _recorded_lengths(bench)
