@@ -45,7 +45,9 @@ Rules (applied in this order, all documented in the printed report):
    another setting) never straddle the split. A group is FIT when ``sha256("model|engine")`` is odd, else
    HELD-BACK, so a group's side never changes when other cases are added or dropped. Stratification: a
    profile with one group is held back (never fitted); a profile whose groups all fell on one side moves its
-   lowest-hash group across. The bar (median |KV-token error| ≤ 5 %) is on HELD-BACK.
+   lowest-hash group across. The bar (median |KV-token error| ≤ 5 %) is on HELD-BACK. A case recorded with
+   ``"split": "held_back"`` (collected after the coefficients were fitted) is UNSEEN: it joins no group, is never
+   fitted and is reported on its own, so adding one moves neither side of the split above.
 
 Failed starts (the last section): every case that failed to start (``"started": false`` with vLLM's
 ``failure`` line, or a refusal quoted in its excerpt) is planned under the release it names (or, unversioned,
@@ -90,6 +92,8 @@ DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 CASE_FILES = ("vllm-startup-cases.json", "vllm-startup-cases-extra.json", "vllm-startup-cases-public.json")
 WEIGHTS_FILE = "vllm-weights-observed.json"
 BAR_PERCENT = 5.0
+# Cases recorded after the coefficients were fitted carry this split in their record (module docstring, rule 5).
+UNSEEN = "held_back"
 LEGACY_BEFORE = (0, 6, 4)  # V0: memory_profiling (snapshot-based accounting) arrived in 0.6.4
 LEGACY_V1_BEFORE = (0, 9, 2)  # V1: 0.8.4 and 0.9.0 still charge device-level used memory; 0.9.2 profiles
 V1_MEMORY_PROFILING_SINCE = (
@@ -514,6 +518,7 @@ def prepare_case(case: dict[str, Any], snapshot: CatalogSnapshot) -> Prepared:
         observed=observed,
         excluded=tuple(reasons),
         verdict_only=verdict_only,
+        split=UNSEEN if case.get("split") == UNSEEN else "",
     )
 
 
@@ -527,7 +532,7 @@ def assign_splits(prepared: Sequence[Prepared]) -> list[Prepared]:
     moves its lowest-hash group to the other side, so every profile with two or more groups has both."""
     groups: dict[str, set[tuple[str, str]]] = {}
     for p in prepared:
-        if p.included and p.profile and p.engine and p.model_name:
+        if p.split != UNSEEN and p.included and p.profile and p.engine and p.model_name:
             groups.setdefault(p.profile, set()).add((p.model_name, p.engine))
     side: dict[tuple[str, str], str] = {}
     for members in groups.values():
@@ -538,7 +543,10 @@ def assign_splits(prepared: Sequence[Prepared]) -> list[Prepared]:
             side[ordered[0]] = "held"
         elif len({side[g] for g in ordered}) == 1:
             side[ordered[0]] = "fit" if side[ordered[0]] == "held" else "held"
-    return [replace(p, split=side.get((p.model_name or "", p.engine or ""), "")) for p in prepared]
+    return [
+        p if p.split == UNSEEN else replace(p, split=side.get((p.model_name or "", p.engine or ""), ""))
+        for p in prepared
+    ]
 
 
 def prepare_all(
@@ -890,7 +898,7 @@ def report(
     r.add(header)
     r.add("-" * len(header))
     profiles = sorted({o.prepared.profile or "" for o in outcomes})
-    for split, label in (("fit", "FIT"), ("held", "HELD-BACK")):
+    for split, label in (("fit", "FIT"), ("held", "HELD-BACK"), (UNSEEN, "UNSEEN")):
         for profile in [*profiles, "all"]:
             chosen = [
                 o
@@ -911,8 +919,14 @@ def report(
             f"     held-back with each (model, engine) group counted once: median {statistics.median(per_group):.2f} %"
             f" over {len(per_group)} groups (a group of near-duplicate runs cannot carry the bar alone)"
         )
+    unseen = distribution(metric_errors(outcomes, "tokens", UNSEEN))
+    if unseen:
+        r.add(
+            f"     unseen (recorded after the fit, never fitted): median |KV-token error| {unseen.median:.2f} % "
+            f"over {unseen.n} cases, max {unseen.max:.2f} %"
+        )
     r.add("")
-    r.add("By release (both splits; |KV-token error| % n / median / max):")
+    r.add("By release (all splits; |KV-token error| % n / median / max):")
     for engine in sorted({o.prepared.engine or "" for o in outcomes}, key=lambda e: _version(e) or (0, 0, 0)):
         d = distribution(metric_errors([o for o in outcomes if o.prepared.engine == engine], "tokens"))
         a = distribution(metric_errors([o for o in outcomes if o.prepared.engine == engine], "available"))
@@ -922,7 +936,7 @@ def report(
     r.add("")
     r.add("Per case (signed % error; * = tokens derived from blocks × block size):")
     r.add(
-        f"  {'id':>5} {'split':<5} {'engine':<10} {'model':<18} {'conf':<6} {'tokens':>8} {'blocks':>8} {'avail':>8}  {'pred/obs available GiB':<22}"
+        f"  {'id':>5} {'split':<9} {'engine':<10} {'model':<18} {'conf':<6} {'tokens':>8} {'blocks':>8} {'avail':>8}  {'pred/obs available GiB':<22}"
     )
     for o in sorted(outcomes, key=lambda o: (o.prepared.split, o.prepared.profile or "", o.prepared.case_id)):
         p = o.prepared
@@ -934,7 +948,7 @@ def report(
             else f"{o.predicted['available']:.2f} / –"
         )
         r.add(
-            f"  {p.case_id:>5} {p.split:<5} {p.engine or '':<10} {(p.model_name or '')[:18]:<18} {p.confidence[:6]:<6} "
+            f"  {p.case_id:>5} {p.split:<9} {p.engine or '':<10} {(p.model_name or '')[:18]:<18} {p.confidence[:6]:<6} "
             f"{cell['tokens']}{star} {cell['blocks']} {cell['available']}  {avail}"
         )
     r.add("")

@@ -17,11 +17,13 @@ import pytest
 
 from bench.accuracy import (
     BAR_PERCENT,
+    UNSEEN,
     Outcome,
     check_weights,
     distribution,
     evaluate_all,
     group_medians,
+    load_cases,
     metric_errors,
     prepare_all,
 )
@@ -49,9 +51,23 @@ def test_held_back_median_kv_token_error_meets_the_bar(outcomes: list[Outcome]) 
 def test_both_splits_are_populated_and_disjoint_by_group(outcomes: list[Outcome]) -> None:
     sides: dict[tuple[str, str], set[str]] = {}
     for o in outcomes:
-        sides.setdefault((o.prepared.model_name or "", o.prepared.engine or ""), set()).add(o.prepared.split)
+        if o.prepared.split != UNSEEN:
+            key = (o.prepared.model_name or "", o.prepared.engine or "")
+            sides.setdefault(key, set()).add(o.prepared.split)
     assert all(len(s) == 1 for s in sides.values())
-    assert {o.prepared.split for o in outcomes} == {"fit", "held"}
+    assert {o.prepared.split for o in outcomes} == {"fit", "held", UNSEEN}
+
+
+def test_unseen_cases_are_never_fitted_and_move_no_group() -> None:
+    """Cases recorded with ``"split": "held_back"`` keep that split, are left out of the FIT set ``fit()`` uses,
+    and the FIT / HELD-BACK side of every other case is the same with and without them."""
+    cases = load_cases()
+    unseen = [c for c in cases if c.get("split") == UNSEEN]
+    assert len(unseen) >= 2
+    with_unseen = {p.case_id: p.split for p in prepare_all(cases)}
+    without = {p.case_id: p.split for p in prepare_all([c for c in cases if c.get("split") != UNSEEN])}
+    assert all(with_unseen[int(c["id"])] == UNSEEN for c in unseen)
+    assert {k: v for k, v in with_unseen.items() if v != UNSEEN} == without
 
 
 def test_high_confidence_weight_observations_are_within_tolerance() -> None:
