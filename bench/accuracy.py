@@ -33,9 +33,9 @@ Rules (applied in this order, all documented in the printed report):
    (2025-07-08) to 2025-11, otherwise excluded as unplaceable.
 3. **Settings.** Every logged setting is passed (utilisation, max_model_len, max_num_seqs / batched tokens —
    also when only written in ``other_settings`` — enforce_eager, KV dtype, quantisation, dtype, TP/PP, block
-   size, data parallel size and expert parallelism); the rest take the release's defaults, as ``vllm serve``
-   would. The GPU is the logged ``total_gpu_memory`` when present (exact), else the catalog entry the name
-   resolves to (with the stated capacity when the case names another memory variant than the entry's). A
+   size, data parallel size and expert parallelism, and FlashInfer's absence when the log warns of it); the rest
+   take the release's defaults, as ``vllm serve`` would. The GPU is the logged ``total_gpu_memory`` when present
+   (exact), else the catalog entry the name resolves to (with the stated capacity when the case names another memory variant than the entry's). A
    pipeline over different GPU kinds (``"A + B"``) whose log lists each GPU's ``nvidia-smi`` total gives every
    stage its own GPU, and ``VLLM_PP_LAYER_PARTITION`` its layers; such a case is judged for its verdict only
    (nvidia-smi's totals are an upper bound of CUDA's).
@@ -118,6 +118,9 @@ _UNMODELLED = (
 # replicates attention per DP rank, so each rank's KV budget is planned).
 _DATA_PARALLEL = re.compile(r"(?:-dp|--data-parallel-size|data_parallel_size)[ =](\d+)")
 _EXPERT_PARALLEL = re.compile(r"--enable-expert-parallel\b|enable_expert_parallel=True")
+# vLLM's warning when FlashInfer is not installed (``v1/sample/ops/topk_topp_sampler.py``, 0.8 – 0.11): the sampler
+# falls back to the PyTorch-native top-k/top-p, which sorts the vocabulary (``overheads.sampler_sorts``).
+_NO_FLASHINFER = re.compile(r"FlashInfer is not available\. Falling back to the PyTorch-native")
 # ``VLLM_PP_LAYER_PARTITION=16,32``: layers per pipeline stage (``get_pp_indices``).
 _PP_LAYER_PARTITION = re.compile(r"VLLM_PP_LAYER_PARTITION=(\d+(?:,\d+)+)")
 # A log that lists its GPUs as ``nvidia-smi`` does: ``0: NVIDIA GeForce RTX 5070 Ti 16303MiB``.
@@ -424,9 +427,14 @@ def build_request(
     dp = _DATA_PARALLEL.search(launch)
     ep = _EXPERT_PARALLEL.search(launch) is not None
     partition = _PP_LAYER_PARTITION.search(launch)
+    no_flashinfer = _NO_FLASHINFER.search(launch) is not None
     features = (
-        ServingFeatures(data_parallel_size=int(dp.group(1)) if dp else 1, enable_expert_parallel=ep)
-        if dp or ep
+        ServingFeatures(
+            data_parallel_size=int(dp.group(1)) if dp else 1,
+            enable_expert_parallel=ep,
+            flashinfer_sampler=not no_flashinfer,
+        )
+        if dp or ep or no_flashinfer
         else None
     )
     return PlanRequest(
@@ -780,8 +788,11 @@ def _component_loss(
 
 def _is_sort_case(o: Outcome) -> bool:
     settings = o.result.settings
+    features = o.prepared.request.features if o.prepared.request else None
     return sampler_sorts(
-        resolve_engine(o.prepared.engine), min(settings.max_num_seqs, settings.max_num_batched_tokens)
+        resolve_engine(o.prepared.engine),
+        min(settings.max_num_seqs, settings.max_num_batched_tokens),
+        flashinfer=features.flashinfer_sampler if features else True,
     )
 
 

@@ -24,7 +24,10 @@ spread over ``R = min(T, max_num_seqs)`` requests, then a sampler warm-up (``_du
   ``torch.sort`` values / int64 indices / radix buffers when the release sorts the vocabulary:
   V0 always (``model_executor/layers/sampler.py::_apply_top_k_top_p``); V1 ≤0.11 uses FlashInfer's
   ``top_k_top_p_sampling_from_logits`` when FlashInfer is installed (the default images;
-  ``TopKTopPSampler.__init__``); 0.12 – 0.16 made FlashInfer opt-in, so ``apply_top_k_top_p`` sorts; 0.17+
+  ``TopKTopPSampler.__init__``), and without it falls back to ``forward_native`` → ``apply_top_k_top_p``, which
+  sorts (0.10.2 logs "FlashInfer is not available. Falling back to the PyTorch-native implementation of top-p &
+  top-k sampling", ``v1/sample/ops/topk_topp_sampler.py``); 0.12 – 0.16 made FlashInfer opt-in, so
+  ``apply_top_k_top_p`` sorts; 0.17+
   sorts only below 8 rows and otherwise runs ``apply_top_k_top_p_triton`` (``topk_topp_sampler.py``). The
   0.16 → 0.17 step is the ~2.5× activation drop seen in the version sweep (Qwen3-14B: 5.64 → 2.23 GiB).
 * data parallel MoE (0.10 V1, DP > 1): the experts run on every DP rank's batch, gathered by the naive
@@ -157,15 +160,18 @@ def cudagraph_capture_sizes(
     return tuple(s for s in sizes if s <= largest)
 
 
-def sampler_sorts(engine: EngineProfile, requests: int) -> bool:
-    """Whether the sampler warm-up sorts the whole vocabulary in this release (module docstring)."""
+def sampler_sorts(engine: EngineProfile, requests: int, *, flashinfer: bool = True) -> bool:
+    """Whether the sampler warm-up sorts the whole vocabulary in this release (module docstring).
+
+    ``flashinfer``: FlashInfer is installed; V1 before 0.12 samples with it then, and sorts without it.
+    """
     version = engine.version
     if version is None:
         return False
     if engine.v0:
         return True
     if version < (0, 12):
-        return False
+        return not flashinfer
     if version < (0, 17):
         return True
     return requests < 8
@@ -177,6 +183,7 @@ def sampler_logits_bytes(
     engine: EngineProfile,
     requests: int,
     dtype: str | None = None,
+    flashinfer: bool = True,
     coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS,
 ) -> int:
     """What ``GPUModelRunner._dummy_sampler_run`` allocates for ``requests`` rows of ``vocab`` logits.
@@ -191,7 +198,7 @@ def sampler_logits_bytes(
     """
     c = coefficients
     b = MODEL_DTYPE_BYTES[normalize_model_dtype(dtype or model.torch_dtype)]
-    sorts = sampler_sorts(engine, requests)
+    sorts = sampler_sorts(engine, requests, flashinfer=flashinfer)
     per_logit = b + c.sampler_bytes_per_logit + (c.sort_bytes_per_logit if sorts else 0.0)
     return int(requests * model.vocab_size * per_logit)
 
@@ -332,13 +339,15 @@ def estimate_overheads(
     nvls: bool = True,
     quantization: str | None = None,
     data_parallel_size: int = 1,
+    flashinfer_sampler: bool = True,
     coefficients: OverheadCoefficients = DEFAULT_COEFFICIENTS,
 ) -> Overheads:
     """Activation, non-torch and CUDA-graph bytes one GPU charges before the KV cache (module docstring).
 
     ``blackwell``: data-centre Blackwell (SM 10.x, larger capture ceiling from 0.28); ``nvls``: the GPUs sit on
     an NVLink-SHARP fabric (``nvls_fabric``: larger communication buffers); ``quantization``: the weight scheme;
-    ``data_parallel_size``: DP ranks whose batches the MoE layers gather (``naive_dp_dispatch``).
+    ``data_parallel_size``: DP ranks whose batches the MoE layers gather (``naive_dp_dispatch``);
+    ``flashinfer_sampler``: FlashInfer is installed (``sampler_sorts``).
     """
     if not engine.overheads:
         return Overheads(activation=ZERO, non_torch=ZERO, cudagraph=ZERO)
@@ -360,10 +369,17 @@ def estimate_overheads(
         moe = tokens * per.moe_workspace
     forward = tokens * per.transient + (0 if persists else moe)
     resident = moe if persists else 0
-    sorts = sampler_sorts(engine, requests)
+    sorts = sampler_sorts(engine, requests, flashinfer=flashinfer_sampler)
     per_logit = b + c.sampler_bytes_per_logit + (c.sort_bytes_per_logit if sorts else 0.0)
     sampler = (
-        sampler_logits_bytes(model, engine=engine, requests=requests, dtype=dtype, coefficients=c)
+        sampler_logits_bytes(
+            model,
+            engine=engine,
+            requests=requests,
+            dtype=dtype,
+            flashinfer=flashinfer_sampler,
+            coefficients=c,
+        )
         if last_stage
         else 0
     )

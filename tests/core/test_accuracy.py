@@ -26,7 +26,9 @@ from bench.accuracy import (
     load_cases,
     metric_errors,
     prepare_all,
+    prepare_case,
 )
+from service.catalog.builtin import builtin_snapshot
 from service.core.engines import resolve_engine
 from service.core.planner import plan
 from service.core.units import GIB
@@ -119,3 +121,21 @@ def test_expert_parallel_runs_are_planned_per_data_parallel_rank() -> None:
     assert case.request.features.data_parallel_size == 8
     assert case.request.features.enable_expert_parallel
     assert case.request.gpu is not None and case.request.gpu.memory_bytes == 141 * GIB
+
+
+def test_a_log_that_warns_of_no_flashinfer_is_planned_with_the_sorting_sampler() -> None:
+    # vLLM 0.8 – 0.11 print this warning when FlashInfer is not installed; the request then carries it, and a
+    # log without it keeps the default (FlashInfer installed, as in the vllm/vllm-openai images).
+    case = next(c for c in load_cases() if c["id"] == 2055)
+    warning = (
+        "WARNING 09-24 20:46:11 [topk_topp_sampler.py:69] FlashInfer is not available. Falling back to the "
+        "PyTorch-native implementation of top-p & top-k sampling. For the best performance, please install "
+        "FlashInfer."
+    )
+    snapshot = builtin_snapshot()
+    plain = prepare_case(case, snapshot).request
+    warned = prepare_case({**case, "excerpt": f"{case['excerpt']}\n{warning}"}, snapshot).request
+    assert plain is not None and plain.features is None
+    assert warned is not None and warned.features is not None
+    assert not warned.features.flashinfer_sampler
+    assert plan(warned).memory.activation_bytes > plan(plain).memory.activation_bytes

@@ -425,6 +425,50 @@ def test_sampler_warm_up_logits_follow_rows_times_vocabulary() -> None:
     )
 
 
+def test_without_flashinfer_the_v1_sampler_of_0_8_to_0_11_sorts_the_vocabulary() -> None:
+    # TopKTopPSampler (v1/sample/ops/topk_topp_sampler.py, 0.8 – 0.11) samples with FlashInfer when it is
+    # installed; without it (a pip install; 0.10.2 logs "FlashInfer is not available. Falling back to the
+    # PyTorch-native implementation of top-p & top-k sampling") forward_native → apply_top_k_top_p sorts, so the
+    # warm-up adds the 24 B/logit of sort buffers: Qwen3-235B (vocab 151936), R = 256 rows, 256 × 151936 × 24 B.
+    snapshot = builtin_snapshot()
+    qwen = snapshot.models["qwen3-235b-a22b"].spec
+    assert qwen.vocab_size == 151936
+    for release in ("vllm-0.8", "vllm-0.10", "vllm-0.11"):
+        engine = resolve_engine(release)
+        with_it = sampler_logits_bytes(qwen, engine=engine, requests=256)
+        without = sampler_logits_bytes(qwen, engine=engine, requests=256, flashinfer=False)
+        assert with_it == int(256 * 151936 * 14.75)
+        assert without == int(256 * 151936 * 38.75)
+    # V0 always sorts, 0.12 – 0.16 sort anyway, 0.17+ sorts below 8 rows only: FlashInfer changes none of them.
+    for release, rows in (("vllm-0.7", 256), ("vllm-0.15", 256), ("vllm-0.19", 256), ("vllm-0.19", 4)):
+        engine = resolve_engine(release)
+        assert sampler_logits_bytes(qwen, engine=engine, requests=rows) == sampler_logits_bytes(
+            qwen, engine=engine, requests=rows, flashinfer=False
+        )
+
+
+def test_the_profiled_activation_peak_carries_the_sort_without_flashinfer() -> None:
+    # Qwen3-235B-A22B FP8 at TP8 + expert parallel on L40S under 0.10.2 (256 sequences, 2048 batched tokens):
+    # the profile's peak is the sampler phase, so the plan without FlashInfer is higher by exactly the sort
+    # buffers, 256 × 151936 × 24 B (activation_scale 1.0).
+    snapshot = builtin_snapshot()
+    base = PlanRequest(
+        model=snapshot.models["qwen3-235b-a22b"].spec,
+        gpu=snapshot.gpus["l40s"].spec,
+        engine="vllm-0.10",
+        tensor_parallel_size=8,
+        quantization="fp8",
+        max_model_len=32768,
+        features=ServingFeatures(enable_expert_parallel=True),
+        suggest=False,
+    )
+    with_it = plan(base).memory.activation_bytes
+    without = plan(
+        replace(base, features=ServingFeatures(enable_expert_parallel=True, flashinfer_sampler=False))
+    ).memory.activation_bytes
+    assert without - with_it == 256 * 151936 * 24
+
+
 def test_sampler_warm_up_must_fit_what_the_kv_cache_left() -> None:
     # Llama 3.1 8B on an L4 (vLLM 0.19 defaults there: 256 sequences, 2048 batched tokens → R = 256 rows).
     # left = (total − budget) + activation peak; warm-up = graphs + 256 × 128256 × 14.75 B + 256 × 4096 × 2 B.

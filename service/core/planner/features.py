@@ -145,6 +145,9 @@ class ServingFeatures:
     enable_expert_parallel: bool = False
     shared_prefix_tokens: int = 0
     multimodal: MultimodalConfig | None = None
+    # FlashInfer installed (the vllm/vllm-openai images). A pip install without it makes the V1 sampler of
+    # 0.8 – 0.11 fall back to the PyTorch-native top-k/top-p, which sorts the vocabulary (``sampler_sorts``).
+    flashinfer_sampler: bool = True
 
 
 class FeatureCosts(NamedTuple):

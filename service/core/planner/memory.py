@@ -97,6 +97,7 @@ def memory_budget(
             nvls=nvls,
             quantization=settings.quantization.name if settings.quantization else None,
             data_parallel_size=settings.features.data_parallel_size if settings.features else 1,
+            flashinfer_sampler=settings.features.flashinfer_sampler if settings.features else True,
             coefficients=settings.coefficients,
         )
         if extra_activation and share.stage == 0:

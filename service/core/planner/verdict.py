@@ -209,6 +209,7 @@ def _warm_up_after_kv_cache(settings: Settings, memory: MemoryBudget) -> list[Me
         engine=engine,
         requests=requests,
         dtype=settings.dtype,
+        flashinfer=settings.features.flashinfer_sampler if settings.features else True,
         coefficients=settings.coefficients,
     )
     need = sampler + requests * settings.model.hidden_size * b
