@@ -166,7 +166,8 @@ class GpuRead(GpuCreate, Provenance):
 class StateFields(Schema):
     """Constant per-request state of Mamba / linear-attention layers (see ``service.core.specs.StateSpec``)."""
 
-    kind: Literal["mamba1", "mamba2", "gated_delta_net"]
+    kind: Literal["mamba1", "mamba2", "gated_delta_net", "short_conv"]
+    parallel_to_attention: bool = False  # every attention layer also runs the mixer (Falcon-H1)
     conv_kernel: Annotated[int, Field(ge=1, le=bounds.MAX_CONV_KERNEL)]
     intermediate_size: Annotated[int, Field(ge=0, le=bounds.MAX_INTERMEDIATE_SIZE)] = 0
     n_groups: Annotated[int, Field(ge=1, le=bounds.MAX_STATE_DIM)] = 1

@@ -82,14 +82,33 @@ _LAYER_TYPE_NAMES: dict[str, LayerType] = {
     "linear_attention": LayerType.LINEAR,
     "mamba": LayerType.MAMBA,
     "mamba2": LayerType.MAMBA,
+    "conv": LayerType.MAMBA,  # LFM2's short convolution: a constant per-request conv state (``_state``)
 }
 
 _ATTENTION_FREE_TYPES = frozenset({"mamba", "mamba2", "falcon_mamba"})
 _PATTERN_KINDS = {"M": LayerType.MAMBA, "*": LayerType.FULL, "-": LayerType.MLP, "E": LayerType.MLP}
 
+# ``ModelArchConfigConvertorBase.is_deepseek_mla`` (vllm/transformers_utils/model_arch_config_convertor.py,
+# 0.32.0): MLA only for these model types, and only with a ``kv_lora_rank``. Other families with low-rank KV
+# projections (MiniCPM3) run ordinary attention on the expanded heads (the MiniCPM3 branch of parse_hf_config).
 _MLA_MODEL_TYPES = frozenset(
-    {"deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear"}
+    {
+        "deepseek_v2",
+        "deepseek_v3",
+        "deepseek_v32",
+        "deepseek_mtp",
+        "dots3_note",
+        "glm4_moe_lite",
+        "glm4_moe_lite_mtp",
+        "glm_moe_dsa",
+        "kimi_k2",
+        "kimi_linear",
+        "longcat_flash",
+        "pangu_ultra_moe",
+        "pangu_ultra_moe_mtp",
+    }
 )
+_ENCODER_DECODER_TYPES = frozenset({"whisper", "bart", "mbart", "t5", "mt5", "florence2", "nemotron_parse"})
 _FALCON_MODEL_TYPES = frozenset({"falcon", "RefinedWeb", "RefinedWebModel"})
 _LENGTH_KEYS = (
     "max_position_embeddings",
@@ -142,9 +161,14 @@ _KEY_MAXIMUM: dict[str, int] = {
         ("sliding_window_pattern", "full_attention_interval", "attn_layer_period", "attn_layer_offset"),
         MAX_LAYERS,
     ),
-    **dict.fromkeys(("linear_conv_kernel_dim", "mamba_d_conv", "conv_kernel"), MAX_CONV_KERNEL),
+    **dict.fromkeys(
+        ("linear_conv_kernel_dim", "mamba_d_conv", "conv_kernel", "conv_L_cache"), MAX_CONV_KERNEL
+    ),
+    "conv_dim": MAX_INTERMEDIATE_SIZE,
+    "mamba_d_ssm": MAX_INTERMEDIATE_SIZE,
     **dict.fromkeys(("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads"), MAX_STATE_DIM),
     **dict.fromkeys(("mamba_num_heads", "mamba_n_groups", "n_groups"), MAX_STATE_DIM),
+    **dict.fromkeys(("n_mamba_heads", "mamba_ngroups"), MAX_STATE_DIM),
     **dict.fromkeys(("mamba_d_state", "ssm_state_size", "state_size"), MAX_STATE_DIM),
     **dict.fromkeys(("mamba_expand", "expand"), 64),  # Mamba and Jamba: 2
 }
@@ -220,6 +244,18 @@ def _kv_heads(r: _Reader, model_type: str, heads: int) -> tuple[int, str]:
         and r.bool_("multi_query")
     ):
         return 1, "Falcon multi_query → 1 KV head"
+    if model_type == "dbrx":
+        # DbrxAttention takes ``config.attn_config.kv_n_heads`` (vllm/model_executor/models/dbrx.py, 0.32.0;
+        # DbrxModelArchConfigConvertor.get_total_num_kv_heads); transformers' DbrxAttentionConfig defaults it to 1.
+        attn = r.raw("attn_config")
+        if attn is not None and not isinstance(attn, Mapping):
+            raise ConfigError("must be an object", field="attn_config")
+        value = (attn or {}).get("kv_n_heads", 1)
+        try:
+            dbrx_kv = check_int(value, field="attn_config.kv_n_heads", minimum=1, maximum=MAX_HEADS)
+        except InvalidSpec as exc:
+            raise ConfigError(exc.message, field=exc.field) from None
+        return dbrx_kv, "DBRX: KV heads from attn_config.kv_n_heads"
     if model_type == "gpt_bigcode":
         # transformers 5 (GPTBigCodeConfig.__post_init__): num_key_value_heads = 1 if multi_query (default true)
         # else n_head; vLLM 0.32 reads num_key_value_heads (model_arch_config_convertor.get_total_num_kv_heads).
@@ -263,13 +299,31 @@ def _uniform_window_kinds(r: _Reader, model_type: str, layers: int) -> tuple[tup
     )
 
 
+def _zamba2_kinds(r: _Reader, layers: int) -> tuple[tuple[LayerType, ...], str]:
+    """Zamba2 (vllm/model_executor/models/zamba2.py, Zamba2Model, 0.32.0): a ``layers_block_type`` entry "hybrid"
+    is a Mamba2 layer plus the shared attention block (an ``Attention`` of its own per hybrid layer); every
+    other entry ("mamba", transformers 5's "linear_attention") is a Mamba2 layer alone."""
+    names = r.raw("layers_block_type")
+    if not isinstance(names, Sequence) or isinstance(names, str) or len(names) != layers:
+        raise ConfigError(f"must list {layers} block types (mamba or hybrid)", field="layers_block_type")
+    kinds = tuple(LayerType.FULL if name == "hybrid" else LayerType.MAMBA for name in names)
+    return kinds, "Zamba2: hybrid blocks run the shared attention beside their Mamba2 mixer"
+
+
 def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tuple[tuple[LayerType, ...], str]:
     if model_type in _UNIFORM_WINDOW_TYPES:
         return _uniform_window_kinds(r, model_type, layers)
+    if model_type == "zamba2":
+        return _zamba2_kinds(r, layers)
     if model_type in _ATTENTION_FREE_TYPES:
         # Mamba, Mamba2 and FalconMamba stack state-space mixers only (vllm/model_executor/models/mamba*.py).
         return (LayerType.MAMBA,) * layers, f"{model_type}: a state-space mixer in every layer, no attention"
     explicit = r.raw("layer_types")
+    attn_indices = r.raw("full_attn_idxs")
+    if explicit is None and model_type in ("lfm2", "lfm2_moe") and isinstance(attn_indices, Sequence):
+        # transformers' Lfm2Config fills an omitted layer_types from full_attn_idxs, the other layers "conv"; vLLM's
+        # lfm2.py builds an attention layer where layer_types says "full_attention", a ShortConv layer elsewhere.
+        explicit = ["full_attention" if i in attn_indices else "conv" for i in range(layers)]
     if explicit is not None:
         if not isinstance(explicit, Sequence) or isinstance(explicit, str):
             raise ConfigError("must be a list of layer kinds", field="layer_types")
@@ -388,8 +442,34 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: st
             head_v_dim=r.int_("linear_value_head_dim", required=True) or 0,
             ssm_dtype=_config_ssm_dtype(r),
         )
-    if LayerType.MAMBA not in kinds:
+    # Falcon-H1 (vllm/model_executor/models/falcon_h1.py, FalconH1ParallelHybrid, 0.32.0): every decoder layer runs
+    # attention and a Mamba2 mixer side by side, both cached.
+    parallel = model_type in ("falcon_h1", "zamba2")
+    if LayerType.MAMBA not in kinds and not parallel:
         return None
+    if model_type == "zamba2":
+        # Zamba2ForCausalLM.get_mamba_state_shape_from_config: expand × hidden channels, n_mamba_heads heads of
+        # mamba_headdim (transformers' Zamba2Config derives it: expand × hidden // n_mamba_heads).
+        channels = (r.int_("mamba_expand") or 2) * hidden
+        mamba_heads = r.int_("n_mamba_heads") or 8
+        return StateSpec(
+            kind="mamba2",
+            parallel_to_attention=True,
+            conv_kernel=r.int_("mamba_d_conv") or 4,
+            intermediate_size=channels,
+            n_groups=r.int_("mamba_ngroups") or 1,
+            state_size=r.int_("mamba_d_state") or 64,
+            num_heads=mamba_heads,
+            head_dim=channels // mamba_heads,
+        )
+    if model_type in ("lfm2", "lfm2_moe"):
+        # Lfm2ShortConv's state (MambaStateShapeCalculator.short_conv_state_shape, vLLM 0.32): conv_dim channels ×
+        # (conv_L_cache − 1) rows; vLLM reads ``config.conv_dim``, published LFM2 configs carry it.
+        return StateSpec(
+            kind="short_conv",
+            conv_kernel=r.int_("conv_L_cache", required=True) or 3,
+            intermediate_size=r.int_("conv_dim", required=True) or 0,
+        )
     # Mamba2ForCausalLM names its mixer heads ``num_heads`` (transformers' Mamba2Config).
     num_heads = r.int_(
         "mamba_n_heads", "mamba_num_heads", *(("num_heads",) if model_type == "mamba2" else ())
@@ -408,7 +488,12 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: st
         # Nemotron-H sizes the mixer by its heads (mamba_num_heads × mamba_head_dim); Mamba2, Granite 4.0 and
         # Falcon-H1 by expand × hidden_size (each model's get_mamba_state_shape_from_config, vLLM 0.32).
         inner = num_heads * head_dim if model_type == "nemotron_h" or not expand else expand * hidden
+        d_ssm = r.int_("mamba_d_ssm") if parallel else None
+        if d_ssm:
+            # FalconH1ForCausalLM.get_mamba_state_shape_from_config: mamba_d_ssm when set, else expand × hidden.
+            inner = d_ssm
         return StateSpec(
+            parallel_to_attention=parallel,
             kind="mamba2",
             conv_kernel=r.int_("mamba_d_conv", "conv_kernel", required=True) or 4,
             intermediate_size=inner,
@@ -683,6 +768,14 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     """
     if not isinstance(config, Mapping):
         raise ConfigError("must be a JSON object", field="hf_config")
+    if config.get("is_encoder_decoder") is True or str(config.get("model_type")) in _ENCODER_DECODER_TYPES:
+        # vLLM pages an encoder-decoder model's cross-attention (CrossAttentionSpec, sized by the encoder's
+        # length) beside the decoder's self-attention; kvcap models decoder-only caches and says so.
+        raise ConfigError(
+            "encoder-decoder models (Whisper, BART, T5 …) are not supported: kvcap predicts decoder-only KV "
+            "caches, and the cross-attention cache vLLM adds for the encoder's output is not modelled",
+            field="is_encoder_decoder",
+        )
     text, origin = _language_config(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     r = _Reader(text, _CLASS_DEFAULTS.get(model_type, {}))
@@ -701,8 +794,25 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
 
     kv_lora_rank = r.int_("kv_lora_rank")
     qk_rope = r.int_("qk_rope_head_dim")
-    is_mla = kv_lora_rank is not None and (model_type in _MLA_MODEL_TYPES or qk_rope is not None)
-    if is_mla and kv_lora_rank is not None:
+    is_mla = kv_lora_rank is not None and model_type in _MLA_MODEL_TYPES
+    if model_type == "minicpm3":
+        # MiniCPM3Attention (vllm/model_executor/models/minicpm3.py, 0.32.0) expands the low-rank KV into every
+        # head and caches K and V as ordinary attention: num_kv_heads = the attention heads, head size
+        # qk_nope_head_dim + qk_rope_head_dim (V is zero-padded to it).
+        nope = r.int_("qk_nope_head_dim", required=True)
+        rope = r.int_("qk_rope_head_dim", required=True)
+        assert nope is not None and rope is not None
+        kv_heads, head_dim = heads, nope + rope
+        notes.append(
+            f"MiniCPM3: K and V of all {heads} heads, head size qk_nope_head_dim + qk_rope_head_dim = {head_dim}"
+        )
+    elif model_type == "zamba2":
+        # Zamba2Attention: attention over 2 × hidden_size (the hidden state concatenated with the embeddings),
+        # head size 2 × hidden // heads (Zamba2Config.__post_init__ sets attention_head_dim so, whatever the file
+        # says), and an Attention without num_kv_heads: every head keeps its own K and V.
+        kv_heads, head_dim = heads, 2 * hidden // heads
+        notes.append(f"Zamba2: {heads} KV heads of 2 × hidden_size // heads = {head_dim}")
+    elif is_mla and kv_lora_rank is not None:
         if qk_rope is None:
             raise ConfigError("is missing (needed with kv_lora_rank for MLA)", field="qk_rope_head_dim")
         head_dim = kv_lora_rank + qk_rope

@@ -136,6 +136,11 @@ def state_bytes(
             state.conv_kernel - 1 + num_speculative_tokens
         )
         ssm = prod((state.num_heads // tp, state.head_dim, state.state_size))
+    elif state.kind == "short_conv":
+        # LFM2 (vllm/model_executor/models/lfm2.py, get_mamba_state_shape_from_config, 0.32.0): one conv state of
+        # conv_dim / tp × (conv_L_cache − 1), no SSM state; the model passes no speculative rows.
+        conv = (state.intermediate_size // tp) * (state.conv_kernel - 1)
+        ssm = 0
     else:
         conv = (state.intermediate_size // tp) * (state.conv_kernel - 1)
         ssm = (state.intermediate_size // tp) * state.state_size
@@ -170,6 +175,9 @@ def layer_spec_counts(
     span = range(model.num_hidden_layers) if layers is None else layers
     end = min(span.stop, model.num_hidden_layers - model.num_kv_shared_layers)
     kinds = Counter(model.resolved_layer_types[span.start : end])
+    if model.state is not None and model.state.parallel_to_attention:
+        # Falcon-H1: each attention layer's Mamba2 mixer is a cached layer of its own.
+        kinds[LayerType.MAMBA] += sum(n for kind, n in kinds.items() if kind.is_attention)
     element = kv_dtype.bytes_per_element(model_dtype or model.torch_dtype)
     return tuple(
         [
@@ -233,7 +241,9 @@ def _layer_spec(
                 model.state,
                 tensor_parallel_size=tensor_parallel_size,
                 model_dtype=model.torch_dtype,
-                num_speculative_tokens=num_speculative_tokens if model.state.kind != "mamba1" else 0,
+                num_speculative_tokens=num_speculative_tokens
+                if model.state.kind not in ("mamba1", "short_conv")
+                else 0,
             ),
             prefill_checkpoint=mamba_prefill_checkpoint and model.state.kind == "mamba2",
             speculative_blocks=num_speculative_tokens,

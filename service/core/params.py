@@ -77,6 +77,9 @@ def state_parameters(p: ParameterInputs, state: StateSpec) -> int:
         conv = (2 * key_dim + value_dim) * state.conv_kernel
         return in_proj + conv + value_dim * h + 2 * state.num_v_heads
     inner = state.intermediate_size
+    if state.kind == "short_conv":
+        # Lfm2ShortConv: in_proj h → 3·conv_dim (B, C, x), a depthwise conv, out_proj conv_dim → h.
+        return h * 3 * inner + inner * state.conv_kernel + inner * h
     if state.kind == "mamba2":
         conv_dim = inner + 2 * state.n_groups * state.state_size
         in_proj = h * (inner + conv_dim + state.num_heads)
@@ -122,6 +125,8 @@ def estimate_num_parameters(p: ParameterInputs) -> int:
     for index, kind in enumerate(layer_types):
         if kind.is_attention:
             mixer = attention_parameters(p, kind)
+            if p.state is not None and p.state.parallel_to_attention:
+                mixer += state_parameters(p, p.state)
         elif kind.is_state and p.state is not None:
             mixer = state_parameters(p, p.state)
         else:

@@ -62,7 +62,12 @@ class StateSpec:
         SSM state ``num_heads / tp × head_dim × state_size``;
       * ``mamba1``: conv ``intermediate_size / tp × (conv_kernel − 1)``, SSM ``intermediate_size / tp × state_size``;
       * ``gated_delta_net``: conv ``(2·num_k_heads·head_k_dim + num_v_heads·head_v_dim) / tp × (conv_kernel − 1)``,
-        recurrent state ``num_v_heads / tp × head_k_dim × head_v_dim``.
+        recurrent state ``num_v_heads / tp × head_k_dim × head_v_dim``;
+      * ``short_conv`` (LFM2's gated short convolution): a conv state only, ``intermediate_size / tp ×
+        (conv_kernel − 1)`` (``short_conv_state_shape``).
+
+    ``parallel_to_attention``: every attention layer also runs this mixer side by side and both register with the
+    KV cache (Falcon-H1's ``FalconH1ParallelHybrid``: one ``Attention`` and one ``MambaMixer2`` per decoder layer).
     """
 
     kind: str
@@ -78,9 +83,10 @@ class StateSpec:
     head_v_dim: int = 0
     conv_dtype: str | None = None  # None → model dtype
     ssm_dtype: str | None = None  # None → model dtype
+    parallel_to_attention: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in ("mamba1", "mamba2", "gated_delta_net"):
+        if self.kind not in ("mamba1", "mamba2", "gated_delta_net", "short_conv"):
             raise InvalidSpec(f"unknown state layer kind {self.kind!r}", field="state.kind")
         _require_positive(conv_kernel=self.conv_kernel)
         _require_at_most(

@@ -117,3 +117,78 @@ def test_a_bad_type_names_the_key() -> None:
 def test_a_non_object_config_is_refused() -> None:
     with pytest.raises(ConfigError):
         parse_hf_config([1, 2, 3])  # type: ignore[arg-type]
+
+
+def test_dbrx_reads_kv_heads_from_attn_config() -> None:
+    # DbrxAttention (vllm/model_executor/models/dbrx.py, 0.32.0): config.attn_config.kv_n_heads; transformers'
+    # DbrxAttentionConfig defaults it to 1.
+    dbrx = {"model_type": "dbrx", "d_model": 512, "n_heads": 8, "n_layers": 4, "vocab_size": 1000}
+    assert parse_hf_config({**dbrx, "attn_config": {"kv_n_heads": 2}}).num_key_value_heads == 2
+    assert parse_hf_config(dbrx).num_key_value_heads == 1
+
+
+def test_minicpm3_caches_every_head_not_a_latent() -> None:
+    # MiniCPM3 has kv_lora_rank but is not in vLLM's MLA list: K and V of each head, nope + rope wide.
+    spec = parse_hf_config(
+        {
+            **BASE,
+            "model_type": "minicpm3",
+            "num_key_value_heads": 8,
+            "kv_lora_rank": 256,
+            "qk_nope_head_dim": 64,
+            "qk_rope_head_dim": 32,
+        }
+    )
+    assert (spec.num_key_value_heads, spec.head_dim, spec.uses_mla) == (8, 96, False)
+
+
+def test_lfm2_conv_layers_carry_a_short_conv_state() -> None:
+    config = {**BASE, "model_type": "lfm2", "conv_L_cache": 3, "conv_dim": 512, "full_attn_idxs": [1, 3]}
+    spec = parse_hf_config(config)
+    assert spec.layer_types == (LayerType.MAMBA, LayerType.FULL, LayerType.MAMBA, LayerType.FULL)
+    assert spec.state is not None
+    assert (spec.state.kind, spec.state.conv_kernel, spec.state.intermediate_size) == ("short_conv", 3, 512)
+
+
+def test_falcon_h1_runs_a_mamba2_mixer_beside_every_attention_layer() -> None:
+    config = {
+        **BASE,
+        "model_type": "falcon_h1",
+        "mamba_d_ssm": 768,
+        "mamba_n_heads": 16,
+        "mamba_d_head": 64,
+        "mamba_d_state": 128,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+    }
+    spec = parse_hf_config(config)
+    assert spec.layer_types == (LayerType.FULL,) * 4
+    assert spec.state is not None and spec.state.parallel_to_attention
+    # mamba_d_ssm (768) wins over expand × hidden (1024); without it, expand × hidden.
+    assert spec.state.intermediate_size == 768
+    without = parse_hf_config({k: v for k, v in config.items() if k != "mamba_d_ssm"})
+    assert without.state is not None and without.state.intermediate_size == 1024
+
+
+def test_zamba2_hybrid_blocks_add_shared_attention_over_twice_the_hidden_size() -> None:
+    config = {
+        **BASE,
+        "model_type": "zamba2",
+        "num_key_value_heads": 2,
+        "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid"],
+        "mamba_expand": 2,
+        "n_mamba_heads": 8,
+    }
+    spec = parse_hf_config(config)
+    assert spec.layer_types == (LayerType.MAMBA, LayerType.FULL, LayerType.MAMBA, LayerType.FULL)
+    # Zamba2Attention: no num_kv_heads (every head cached), head 2 × 512 // 8.
+    assert (spec.num_key_value_heads, spec.head_dim) == (8, 128)
+    assert spec.state is not None and spec.state.parallel_to_attention
+    assert (spec.state.num_heads, spec.state.head_dim) == (8, 2 * 512 // 8)
+
+
+def test_encoder_decoder_models_are_refused_with_a_reason() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_hf_config({**BASE, "model_type": "whisper", "is_encoder_decoder": True})
+    assert err.value.field == "is_encoder_decoder"
+    assert "cross-attention" in err.value.message
