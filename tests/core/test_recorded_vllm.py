@@ -140,6 +140,7 @@ REFUSAL_PHRASES = {
     "must be greater than or equal to max_num_seqs": "batched_tokens_below_max_num_seqs",
     "Sliding window for some but all layers is not supported": "sliding_window_some_layers",
     "FP8 KV cache requires head_size divisible by 32 on CPU": "cpu_fp8_head_size",
+    "and is not supported anymore": "architecture_removed",
 }
 
 

@@ -313,6 +313,92 @@ QWEN2_MODEL_ARCHITECTURES = frozenset(
 )
 
 
+# ``_PREVIOUSLY_SUPPORTED_MODELS`` (vllm/model_executor/models/registry.py, 0.32.0): architectures removed from
+# vLLM, with the last release that still ran them. ``_ModelRegistry._raise_for_unsupported`` refuses them.
+REMOVED_ARCHITECTURES: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("Phi3SmallForCausalLM",), (0, 9)),
+    **dict.fromkeys(("MotifForCausalLM", "Phi4FlashForCausalLM", "DonutForConditionalGeneration"), (0, 10)),
+    "MllamaForConditionalGeneration": (0, 10),
+    "Phi4MultimodalForCausalLM": (0, 12),
+    "JAISLMHeadModel": (0, 22),
+    **dict.fromkeys(
+        (
+            "InternLM2VEForCausalLM",
+            "QWenLMHeadModel",
+            "QwenVLForConditionalGeneration",
+            "InternLMForCausalLM",
+            "XverseForCausalLM",
+            "Dots1ForCausalLM",
+            "BambaForCausalLM",
+            "MiniMaxForCausalLM",
+            "MiniMaxText01ForCausalLM",
+            "MiniMaxM1ForCausalLM",
+            "MiniMaxVL01ForConditionalGeneration",
+            "BaiChuanForCausalLM",
+            "BaichuanForCausalLM",
+            "Tarsier2ForConditionalGeneration",
+        ),
+        (0, 23),
+    ),
+    **dict.fromkeys(
+        (
+            "AquilaModel",
+            "AquilaForCausalLM",
+            "Grok1ModelForCausalLM",
+            "Grok1ForCausalLM",
+            "TarsierForConditionalGeneration",
+            "MantisForConditionalGeneration",
+            "AyaVisionForConditionalGeneration",
+            "MusicFlamingoForConditionalGeneration",
+        ),
+        (0, 24),
+    ),
+    **dict.fromkeys(("TeleChatForCausalLM", "PersimmonForCausalLM", "FuyuForCausalLM"), (0, 25)),
+    **dict.fromkeys(("Plamo2ForCausalLM", "OuroForCausalLM"), (0, 26)),
+    **dict.fromkeys(
+        (
+            "ArcticForCausalLM",
+            "ChameleonForConditionalGeneration",
+            "Fairseq2LlamaForCausalLM",
+            "GritLM",
+            "MPTForCausalLM",
+            "MptForCausalLM",
+            "RWForCausalLM",
+            "StableLMEpochForCausalLM",
+            "Cheers",
+            "CheersForConditionalGeneration",
+            "FireRedLIDForConditionalGeneration",
+            "HCXVisionForCausalLM",
+            "PrithviGeoSpatialMAE",
+        ),
+        (0, 28),
+    ),
+}
+_REMOVED_ARCHITECTURE_RELEASES = {arch: f"{v[0]}.{v[1]}.0" for arch, v in REMOVED_ARCHITECTURES.items()}
+
+
+def removed_architecture_messages(model: ModelSpec, engine: EngineProfile) -> list[Message]:
+    """The release no longer has the model's architecture: ``ModelRegistry`` refuses it before building anything.
+
+    Only releases after the last one that listed it refuse (the table is 0.32.0's); the ``ideal`` profile has no
+    registry.
+    """
+    last = REMOVED_ARCHITECTURES.get(model.architecture or "")
+    if last is None or engine.version is None or engine.version <= last:
+        return []
+    release = _REMOVED_ARCHITECTURE_RELEASES[model.architecture or ""]
+    return [
+        Message(
+            level="error",
+            code="architecture_removed",
+            text=(
+                f"Model architecture {model.architecture} was supported in vLLM until v{release}, and is not "
+                "supported anymore. Please use an older version of vLLM if you want to use this model architecture."
+            ),
+        )
+    ]
+
+
 def model_build_messages(model: ModelSpec, engine: EngineProfile) -> list[Message]:
     """What a model's own constructor refuses while the engine builds it.
 

@@ -24,6 +24,7 @@ from service.core.planner.checks import (
     quantization_capability,
     quantization_min_capability,
     quantized_shape_messages,
+    removed_architecture_messages,
     scheduler_checks,
     tensor_parallel_messages,
 )
@@ -201,6 +202,7 @@ def length_free(request: PlanRequest) -> LengthFree:
         *tensor_parallel_messages(model, tp),
         *dtype_messages,
         *quantized_shape_messages(model, quant, tp, engine, request.gpu, request.quantization),
+        *removed_architecture_messages(model, engine),
         *model_build_messages(model, engine),
         *kernel_block_size_messages(model, engine, request.device, block_size),
         *cpu_fp8_head_size_messages(model, engine, request.device, kv_dtype.name),
