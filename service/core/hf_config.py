@@ -256,6 +256,10 @@ def _kv_heads(r: _Reader, model_type: str, heads: int) -> tuple[int, str]:
         except InvalidSpec as exc:
             raise ConfigError(exc.message, field=exc.field) from None
         return dbrx_kv, "DBRX: KV heads from attn_config.kv_n_heads"
+    if model_type == "chatglm" and not r.bool_("multi_query_attention"):
+        # GLMAttention (vllm/model_executor/models/chatglm.py, 0.32.0): multi_query_group_num KV heads only under
+        # multi_query_attention (ChatGLMConfig defaults it to false), else one per attention head.
+        return heads, "ChatGLM without multi_query_attention → multi-head attention"
     if model_type == "gpt_bigcode":
         # transformers 5 (GPTBigCodeConfig.__post_init__): num_key_value_heads = 1 if multi_query (default true)
         # else n_head; vLLM 0.32 reads num_key_value_heads (model_arch_config_convertor.get_total_num_kv_heads).

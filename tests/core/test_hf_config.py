@@ -192,3 +192,10 @@ def test_encoder_decoder_models_are_refused_with_a_reason() -> None:
         parse_hf_config({**BASE, "model_type": "whisper", "is_encoder_decoder": True})
     assert err.value.field == "is_encoder_decoder"
     assert "cross-attention" in err.value.message
+
+
+def test_chatglm_groups_kv_heads_only_under_multi_query_attention() -> None:
+    # GLMAttention (vllm/model_executor/models/chatglm.py, 0.32.0); ChatGLMConfig defaults multi_query_attention off.
+    glm = {**BASE, "model_type": "chatglm", "multi_query_group_num": 2}
+    assert parse_hf_config({**glm, "multi_query_attention": True}).num_key_value_heads == 2
+    assert parse_hf_config(glm).num_key_value_heads == 8
