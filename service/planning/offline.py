@@ -40,6 +40,7 @@ _DEFAULTS: dict[str, Any] = {
     "max_num_seqs": None,
     "max_num_batched_tokens": None,
     "enable_chunked_prefill": None,
+    "enable_prefix_caching": None,
     "enforce_eager": False,
     "async_scheduling": None,
     "device": "cuda",
@@ -85,7 +86,15 @@ _CHOICES = {
     "mamba_cache_dtype": frozenset({"auto", "float32", "bfloat16", "float16"}),
     "mamba_ssm_cache_dtype": frozenset({"auto", "float32", "bfloat16", "float16"}),
 }
-_BOOLS = frozenset({"enable_chunked_prefill", "enforce_eager", "async_scheduling", "cpu_avx512_bf16"})
+_BOOLS = frozenset(
+    {
+        "enable_chunked_prefill",
+        "enable_prefix_caching",
+        "enforce_eager",
+        "async_scheduling",
+        "cpu_avx512_bf16",
+    }
+)
 _SHORT_TEXT = frozenset({"kv_cache_dtype", "quantization", "engine"})  # str, at most 32 characters
 # Text every schema accepts as it is: no whitespace to strip, no control character (``service.api.text``).
 _PLAIN_TEXT = re.compile(r"[A-Za-z0-9._/:+-]+")
@@ -108,6 +117,7 @@ class PlainSettings:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
     async_scheduling: bool | None = None
     device: str = "cuda"

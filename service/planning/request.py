@@ -192,6 +192,7 @@ def build_request(
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         enable_chunked_prefill=settings.enable_chunked_prefill,
+        enable_prefix_caching=settings.enable_prefix_caching,
         enforce_eager=settings.enforce_eager,
         async_scheduling=settings.async_scheduling,
         device=settings.device,

@@ -123,6 +123,10 @@ class PlanSettings(Schema):
         default=None,
         description="--enable-chunked-prefill; default: the release's (V1 always, V0 above 32K tokens)",
     )
+    enable_prefix_caching: bool | None = Field(
+        default=None,
+        description="--enable-prefix-caching; default: the release's (on in V1); off, hybrids keep one Mamba state page",
+    )
     enforce_eager: bool = False
     async_scheduling: bool | None = None
     device: Literal["cuda", "rocm", "cpu"] = "cuda"

@@ -71,6 +71,7 @@ def request_for(case: dict[str, Any]) -> PlanRequest:
         max_num_batched_tokens=_int_flag(args, "--max-num-batched-tokens"),
         max_num_seqs=_int_flag(args, "--max-num-seqs"),
         enable_chunked_prefill=False if "--no-enable-chunked-prefill" in args else None,
+        enable_prefix_caching=False if "--no-enable-prefix-caching" in args else None,
         mamba_cache_dtype=_flag(args, "--mamba-cache-dtype"),
         mamba_ssm_cache_dtype=_flag(args, "--mamba-ssm-cache-dtype"),
         cpu_avx512_bf16=case.get("host", {}).get("avx512_bf16", True),

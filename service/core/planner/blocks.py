@@ -250,8 +250,12 @@ def length_check(settings: Settings, block_size: int, blocks: Blocks) -> LengthC
             async_scheduling=settings.async_scheduling,
             pp=settings.pipeline_parallel_size,
         ),
-        # Align mode needs prefix caching, which attention-free models (Mamba, Mamba2) run without.
-        state_pages=2 if engine.mamba_align and not is_attention_free(settings.model) else 1,
+        # Align mode needs prefix caching, which attention-free models (Mamba, Mamba2) run without, and
+        # --no-enable-prefix-caching turns off (mamba_cache_mode "none": MambaModelConfig.verify_and_update_config,
+        # vllm/model_executor/models/config.py, 0.32.0).
+        state_pages=2
+        if engine.mamba_align and settings.enable_prefix_caching and not is_attention_free(settings.model)
+        else 1,
         num_gpu_blocks_override=settings.num_gpu_blocks_override,
         v0_capacity_tokens=block_size * (blocks.num_gpu_blocks // settings.pipeline_parallel_size),
         whole_model=whole_model(engine, blocks.stages),

@@ -43,6 +43,9 @@ class PlanRequest:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enable_chunked_prefill: bool | None = None  # None: the release's default (V1 always; V0 above 32K tokens)
+    # --[no-]enable-prefix-caching; None: the release's default (on in V1). Off, a hybrid's Mamba state keeps one
+    # page per request (mamba_cache_mode "none") instead of align mode's checkpoints.
+    enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
     async_scheduling: bool | None = None
     device: str = "cuda"

@@ -65,6 +65,7 @@ class Settings(NamedTuple):
     enforce_eager: bool
     async_scheduling: bool
     enable_chunked_prefill: bool
+    enable_prefix_caching: bool
     coefficients: OverheadCoefficients
     detail: bool
     features: ServingFeatures | None
@@ -123,6 +124,9 @@ def settings_at_length(request: PlanRequest, base: LengthFree) -> Settings:
         enforce_eager=request.enforce_eager,
         async_scheduling=base.async_scheduling,
         enable_chunked_prefill=chunked,
+        enable_prefix_caching=(
+            request.enable_prefix_caching if request.enable_prefix_caching is not None else not engine.v0
+        ),
         coefficients=request.coefficients,
         detail=request.detail,
         features=request.features,
