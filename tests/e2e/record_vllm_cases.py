@@ -856,6 +856,598 @@ def exaone4(layers: int = 4, window: int = 256) -> dict[str, Any]:
     }
 
 
+# --- families recorded for issue #12 (2026-12-03, second batch) ---------------------------------------------------
+
+
+def phimoe(window: int | None = 256) -> dict[str, Any]:
+    """Phi-3.5-MoE: Mistral-shaped MoE (4 experts top-2), a bare sliding_window, bias on qkv and o."""
+    return {
+        "architectures": ["PhiMoEForCausalLM"],
+        "model_type": "phimoe",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "original_max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "sliding_window": window,
+        "attention_bias": True,
+        "lm_head_bias": True,
+        "router_jitter_noise": 0.01,
+        "input_jitter_noise": 0.01,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def granitemoe() -> dict[str, Any]:
+    """Granite 3.0 MoE (GraniteMoeForCausalLM): 4 experts top-2, 2 KV heads, the Granite multipliers."""
+    return {
+        "architectures": ["GraniteMoeForCausalLM"],
+        "model_type": "granitemoe",
+        "hidden_size": 256,
+        "intermediate_size": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "attention_multiplier": 0.0078125,
+        "embedding_multiplier": 12.0,
+        "residual_multiplier": 0.22,
+        "logits_scaling": 6.0,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def dbrx() -> dict[str, Any]:
+    """DBRX: MPT-style keys (d_model, n_heads, n_layers, max_seq_len), KV heads in attn_config.kv_n_heads."""
+    return {
+        "architectures": ["DbrxForCausalLM"],
+        "model_type": "dbrx",
+        "d_model": 256,
+        "n_heads": 8,
+        "n_layers": 4,
+        "max_seq_len": 8192,
+        "attn_config": {"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 500000.0, "attn_pdrop": 0.0},
+        "ffn_config": {
+            "ffn_hidden_size": 256,
+            "moe_num_experts": 4,
+            "moe_top_k": 2,
+            "moe_jitter_eps": 0.0,
+            "moe_loss_weight": 0.05,
+            "moe_normalize_expert_weights": 1.0,
+            "ffn_act_fn": {"name": "silu"},
+        },
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def olmoe() -> dict[str, Any]:
+    """OLMoE: every layer sparse (4 experts top-2), MHA, q/k norm."""
+    return {
+        "architectures": ["OlmoeForCausalLM"],
+        "model_type": "olmoe",
+        "hidden_size": 256,
+        "intermediate_size": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "norm_topk_prob": False,
+        "clip_qkv": None,
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def glm4_moe() -> dict[str, Any]:
+    """GLM-4.5 MoE: head_dim 64 with partial_rotary_factor 0.5, first layer dense, shared expert, an MTP layer."""
+    return {
+        "architectures": ["Glm4MoeForCausalLM"],
+        "model_type": "glm4_moe",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "partial_rotary_factor": 0.5,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "routed_scaling_factor": 1.0,
+        "norm_topk_prob": True,
+        "use_qk_norm": True,
+        "num_nextn_predict_layers": 1,
+        "attention_bias": True,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def ernie45_moe() -> dict[str, Any]:
+    """ERNIE 4.5 MoE (A3B-style): moe_* keys, first layer dense, 2 KV heads, head_dim 64, tied embeddings."""
+    return {
+        "architectures": ["Ernie4_5_MoeForCausalLM"],
+        "model_type": "ernie4_5_moe",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "moe_num_experts": 4,
+        "moe_k": 2,
+        "moe_intermediate_size": 128,
+        "moe_num_shared_experts": 1,
+        "moe_layer_start_index": 1,
+        "moe_layer_end_index": 2,
+        "moe_layer_interval": 1,
+        "use_bias": False,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def bloom() -> dict[str, Any]:
+    """BLOOM: ALiBi positions (no RoPE, no length key), n_layer / n_head, MHA."""
+    return {
+        "architectures": ["BloomForCausalLM"],
+        "model_type": "bloom",
+        "hidden_size": 256,
+        "n_layer": 4,
+        "n_head": 8,
+        "layer_norm_epsilon": 1e-5,
+        "apply_residual_connection_post_layernorm": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def gpt_neox() -> dict[str, Any]:
+    """GPT-NeoX (Pythia-style): MHA, rotary_pct 0.25, parallel residual; vLLM runs it on the Transformers backend."""
+    return {
+        "architectures": ["GPTNeoXForCausalLM"],
+        "model_type": "gpt_neox",
+        "hidden_size": 256,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "rotary_pct": 0.25,
+        "rotary_emb_base": 10000,
+        "use_parallel_residual": True,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 2048,
+        "layer_norm_eps": 1e-5,
+        "vocab_size": 1024,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+    }
+
+
+def gptj() -> dict[str, Any]:
+    """GPT-J: n_embd / n_head / n_layer / n_positions, rotary_dim 16 of head 32, MHA, fp16."""
+    return {
+        "architectures": ["GPTJForCausalLM"],
+        "model_type": "gptj",
+        "n_embd": 256,
+        "n_head": 8,
+        "n_layer": 4,
+        "n_positions": 2048,
+        "rotary_dim": 16,
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float16",
+    }
+
+
+def opt() -> dict[str, Any]:
+    """OPT: learned positions (max_position_embeddings 2048), ffn_dim, MHA, fp16."""
+    return {
+        "architectures": ["OPTForCausalLM"],
+        "model_type": "opt",
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "ffn_dim": 1024,
+        "word_embed_proj_dim": 256,
+        "do_layer_norm_before": True,
+        "max_position_embeddings": 2048,
+        "activation_function": "relu",
+        "enable_bias": True,
+        "vocab_size": 1024,
+        "bos_token_id": 2,
+        "eos_token_id": 2,
+        "pad_token_id": 1,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+    }
+
+
+def minicpm3() -> dict[str, Any]:
+    """MiniCPM3: MLA-style projections (kv_lora_rank, qk_rope_head_dim) but vLLM caches full K and V per head."""
+    return {
+        "architectures": ["MiniCPM3ForCausalLM"],
+        "model_type": "minicpm3",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 32,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 32,
+        "v_head_dim": 32,
+        "q_lora_rank": 128,
+        "kv_lora_rank": 64,
+        "scale_emb": 12,
+        "scale_depth": 1.4,
+        "dim_model_base": 256,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def hunyuan_dense() -> dict[str, Any]:
+    """Hunyuan dense V1: q/k norm, 2 KV heads, head_dim 64 (Transformers backend in vLLM 0.32)."""
+    return {
+        "architectures": ["HunYuanDenseV1ForCausalLM"],
+        "model_type": "hunyuan_v1_dense",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "use_qk_norm": True,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "attention_bias": False,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def falcon_h1(layers: int = 4) -> dict[str, Any]:
+    """Falcon-H1: every layer runs attention and a Mamba2 mixer side by side (parallel hybrid)."""
+    return {
+        "architectures": ["FalconH1ForCausalLM"],
+        "model_type": "falcon_h1",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "mamba_d_ssm": 256,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 32,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 64,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 256,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+        "mamba_norm_before_gate": False,
+        "mamba_rms_norm": True,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def lfm2(layer_types: list[str]) -> dict[str, Any]:
+    """LFM2: short-convolution layers ("conv", a constant conv state) with a few attention layers."""
+    return {
+        "architectures": ["Lfm2ForCausalLM"],
+        "model_type": "lfm2",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": len(layer_types),
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "layer_types": layer_types,
+        "full_attn_idxs": [i for i, t in enumerate(layer_types) if t == "full_attention"],
+        "conv_bias": False,
+        "conv_L_cache": 3,
+        "conv_dim": 256,  # published LFM2 configs carry it (vLLM's lfm2.py reads config.conv_dim)
+        "conv_dim_out": 256,
+        "block_multiple_of": 256,
+        "block_ffn_dim_multiplier": 1.0,
+        "block_auto_adjust_ff_dim": False,
+        "max_position_embeddings": 8192,
+        "norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def gemma3_mm(layers: int = 6, window: int = 512) -> dict[str, Any]:
+    """Gemma 3 with a (tiny) SigLIP vision tower: the language model under text_config."""
+    text = gemma3_text(layers, window)
+    for key in ("architectures", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype"):
+        text.pop(key, None)
+    return {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "text_config": text,
+        "vision_config": {
+            "model_type": "siglip_vision_model",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 224,
+            "patch_size": 14,
+            "vision_use_head": False,
+        },
+        "mm_tokens_per_image": 16,
+        "boi_token_index": 1001,
+        "eoi_token_index": 1002,
+        "image_token_index": 1000,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "vocab_size": 1024,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def qwen2_5_vl(layers: int = 4) -> dict[str, Any]:
+    """Qwen2.5-VL (flat text keys as published), M-RoPE, a one-block vision tower."""
+    return {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+        "sliding_window": 8192,
+        "use_sliding_window": False,
+        "max_window_layers": layers,
+        "vision_config": {
+            "depth": 1,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 2,
+            "out_hidden_size": 256,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 112,
+            "fullatt_block_indexes": [0],
+            "in_chans": 3,
+            "hidden_act": "silu",
+        },
+        "image_token_id": 1000,
+        "video_token_id": 1001,
+        "vision_start_token_id": 1002,
+        "vision_end_token_id": 1003,
+        "vision_token_id": 1004,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def zamba2(block_types: list[str]) -> dict[str, Any]:
+    """Zamba2: Mamba2 layers; "hybrid" layers add the shared attention block (over 2 × hidden) beside the mixer."""
+    return {
+        "architectures": ["Zamba2ForCausalLM"],
+        "model_type": "zamba2",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": len(block_types),
+        "layers_block_type": block_types,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "num_mem_blocks": 1,
+        "use_shared_attention_adapter": False,
+        "adapter_rank": 16,
+        "use_mem_rope": True,
+        "mamba_d_state": 64,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_ngroups": 1,
+        "n_mamba_heads": 8,
+        "chunk_size": 256,
+        "use_conv_bias": True,
+        "add_bias_linear": False,
+        "hidden_act": "gelu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def bamba() -> dict[str, Any]:
+    """Bamba (IBM's Mamba2 + attention hybrid): removed from vLLM after 0.23."""
+    return {
+        "architectures": ["BambaForCausalLM"],
+        "model_type": "bamba",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "attn_layer_indices": [3],
+        "mamba_n_heads": 8,
+        "mamba_d_head": 32,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 64,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 256,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+        "hidden_act": "silu",
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def mpt() -> dict[str, Any]:
+    """MPT (ALiBi): removed from vLLM after 0.28."""
+    return {
+        "architectures": ["MPTForCausalLM"],
+        "model_type": "mpt",
+        "d_model": 256,
+        "n_heads": 8,
+        "n_layers": 4,
+        "expansion_ratio": 4,
+        "max_seq_len": 2048,
+        "attn_config": {"alibi": True, "attn_type": "multihead_attention", "kv_n_heads": 8},
+        "no_bias": True,
+        "vocab_size": 1024,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def chatglm(*, multi_query: bool) -> dict[str, Any]:
+    """ChatGLM2/3 / GLM-4-9B-chat (vLLM's own ChatGLMConfig): num_layers, kv_channels, padded_vocab_size, seq_length."""
+    return {
+        "architectures": ["ChatGLMModel"],
+        "model_type": "chatglm",
+        "num_layers": 4,
+        "hidden_size": 256,
+        "ffn_hidden_size": 512,
+        "kv_channels": 32,
+        "num_attention_heads": 8,
+        "multi_query_attention": multi_query,
+        "multi_query_group_num": 2,
+        "seq_length": 8192,
+        "rmsnorm": True,
+        "add_bias_linear": False,
+        "add_qkv_bias": True,
+        "post_layer_norm": True,
+        "apply_residual_connection_post_layernorm": False,
+        "layernorm_epsilon": 1e-5,
+        "original_rope": True,
+        "rope_ratio": 1,
+        "padded_vocab_size": 1024,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
 CASES: list[Case] = [
     Case(
         "llama-mha",
@@ -1322,6 +1914,216 @@ CASES: list[Case] = [
         max_model_len=2048,
         extra_args=("--max-num-batched-tokens", "128", "--max-num-seqs", "256"),
         expect_refusal=True,
+    ),
+    # --- families and features recorded for issue #12 ----------------------------------------------------------
+    Case(
+        "phimoe-sliding",
+        "Phi-3.5-MoE-style PhiMoE, 4 layers (4 experts top-2), a bare sliding_window 256 on every layer.",
+        phimoe(256),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "granitemoe",
+        "Granite 3.0 MoE (GraniteMoeForCausalLM), 4 layers (4 experts top-2), 2 KV heads × 32.",
+        granitemoe(),
+        max_model_len=2048,
+    ),
+    Case(
+        "dbrx-moe",
+        "DBRX, 4 layers (4 experts top-2), 8 heads, attn_config.kv_n_heads 2, d_model 256: head 32.",
+        dbrx(),
+        max_model_len=2048,
+    ),
+    Case(
+        "olmoe",
+        "OLMoE, 4 layers all sparse (4 experts top-2), MHA 8 heads × 32.",
+        olmoe(),
+        max_model_len=2048,
+    ),
+    Case(
+        "glm4-moe",
+        "GLM-4.5 MoE, 3 layers (first dense), 2 KV heads × 64, partial rotary 0.5, one MTP layer not served.",
+        glm4_moe(),
+        max_model_len=2048,
+    ),
+    Case(
+        "ernie45-moe",
+        "ERNIE 4.5 MoE, 3 layers (moe_layer_start_index 1), 2 KV heads × 64.",
+        ernie45_moe(),
+        max_model_len=2048,
+    ),
+    Case(
+        "bloom-alibi",
+        "BLOOM, 4 layers MHA 8 × 32 with ALiBi, no length key in the config (vLLM's 2048 default).",
+        bloom(),
+        max_model_len=2048,
+    ),
+    Case(
+        "gpt-neox",
+        "GPT-NeoX (Pythia-style), 4 layers MHA 8 × 32, rotary_pct 0.25, fp16.",
+        gpt_neox(),
+        max_model_len=2048,
+    ),
+    Case(
+        "gptj",
+        "GPT-J, 4 layers MHA 8 × 32, rotary_dim 16, fp16.",
+        gptj(),
+        max_model_len=2048,
+    ),
+    Case(
+        "opt",
+        "OPT, 4 layers MHA 8 × 32, learned positions (2048), fp16.",
+        opt(),
+        max_model_len=2048,
+    ),
+    Case(
+        "minicpm3-mla-like",
+        "MiniCPM3, 4 layers, 4 heads: MLA-style projections (kv_lora_rank 64) but K and V cached per head (32 + 32).",
+        minicpm3(),
+        max_model_len=2048,
+    ),
+    Case(
+        "hunyuan-dense",
+        "Hunyuan dense V1, 4 layers, 2 KV heads × 64, q/k norm.",
+        hunyuan_dense(),
+        max_model_len=2048,
+    ),
+    Case(
+        "falcon-h1-parallel-hybrid",
+        "Falcon-H1, 4 layers each with attention (2 KV heads × 32) and a Mamba2 mixer (8 heads × 32, state 64).",
+        falcon_h1(4),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "lfm2-conv-hybrid",
+        "LFM2, 4 layers: 3 short-convolution layers (L_cache 3) : 1 attention layer (2 KV heads × 32).",
+        lfm2(["conv", "conv", "full_attention", "conv"]),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "llama-gqa-fp8-e5m2",
+        "Case llama-gqa with --kv-cache-dtype fp8_e5m2.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--kv-cache-dtype", "fp8_e5m2"),
+    ),
+    Case(
+        "llama-gqa-fp8-e4m3",
+        "Case llama-gqa with --kv-cache-dtype fp8_e4m3.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--kv-cache-dtype", "fp8_e4m3"),
+    ),
+    Case(
+        "llama-gqa-maxlen-null-block-edge",
+        "Case llama-gqa-maxlen-refused with max_model_len 97,408: 762 blocks of 128, one is the null block, 761 hold it.",
+        {**llama(), "max_position_embeddings": 131072},
+        max_model_len=97408,
+        kv_cache_space_gib=None,
+        kv_cache_memory_bytes=100_000_000,
+    ),
+    Case(
+        "llama-gqa-maxlen-all-blocks-refused",
+        "Case llama-gqa-maxlen-null-block-edge with max_model_len 97,536: all 762 blocks, but one is the null block.",
+        {**llama(), "max_position_embeddings": 131072},
+        max_model_len=97536,
+        kv_cache_space_gib=None,
+        kv_cache_memory_bytes=100_000_000,
+        expect_refusal=True,
+    ),
+    Case(
+        "mistral-sliding-small-budget-long-len",
+        "Mistral (all layers sliding 256) with a 16 MiB budget and max_model_len 65,536: the window, not the length, sizes a request.",
+        {**mistral_sliding(256), "max_position_embeddings": 65536},
+        max_model_len=65536,
+        kv_cache_space_gib=None,
+        kv_cache_memory_bytes=16 * 2**20,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "granite-hybrid-no-prefix-caching",
+        "Case granite-hybrid-mamba2 with --no-enable-prefix-caching (mamba cache mode none).",
+        granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--no-enable-prefix-caching"),
+    ),
+    Case(
+        "granite-hybrid-block256",
+        "Case granite-hybrid-mamba2 with --block-size 256.",
+        granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--block-size", "256"),
+    ),
+    Case(
+        "qwen3-next-block64",
+        "Case qwen3-next-hybrid with --block-size 64.",
+        qwen3_next(4),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--block-size", "64"),
+    ),
+    Case(
+        "gemma3-hybrid-6l-fp8",
+        "Case gemma3-hybrid-6l with --kv-cache-dtype fp8.",
+        gemma3_text(6),
+        max_model_len=8192,
+        extra_args=(*SCHED_ARGS, "--kv-cache-dtype", "fp8"),
+    ),
+    Case(
+        "gemma3-mm-language-only",
+        "Gemma 3 (ForConditionalGeneration, SigLIP tower) with --language-model-only: 6 text layers, 5 sliding : 1 full.",
+        gemma3_mm(6),
+        max_model_len=8192,
+        extra_args=(*SCHED_ARGS, "--language-model-only"),
+    ),
+    Case(
+        "qwen2_5-vl-language-only",
+        "Qwen2.5-VL, 4 text layers (2 KV heads × 32, M-RoPE), use_sliding_window false, --language-model-only.",
+        qwen2_5_vl(4),
+        max_model_len=4096,
+        extra_args=("--language-model-only",),
+    ),
+    Case(
+        "granite-hybrid-fp8kv",
+        "Case granite-hybrid-mamba2 with --kv-cache-dtype fp8 (attention pages halve; the Mamba state keeps its dtypes).",
+        granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--kv-cache-dtype", "fp8"),
+    ),
+    Case(
+        "zamba2-hybrid",
+        "Zamba2, 4 Mamba2 layers (8 heads × 32, state 64), the 3rd a hybrid one with shared attention (8 KV heads × 64).",
+        zamba2(["mamba", "mamba", "hybrid", "mamba"]),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "bamba-removed-refused",
+        "Bamba (BambaForCausalLM): vLLM's registry lists it as supported until v0.23.0.",
+        bamba(),
+        max_model_len=2048,
+        expect_refusal=True,
+    ),
+    Case(
+        "mpt-alibi-removed-refused",
+        "MPT with ALiBi (MPTForCausalLM): vLLM's registry lists it as supported until v0.28.0.",
+        mpt(),
+        max_model_len=2048,
+        expect_refusal=True,
+    ),
+    Case(
+        "chatglm-mqa",
+        "ChatGLM (GLM-4-9B-chat-style), 4 layers, multi_query_attention with multi_query_group_num 2, head 32.",
+        chatglm(multi_query=True),
+        max_model_len=2048,
+    ),
+    Case(
+        "chatglm-mha-group-ignored",
+        "ChatGLM with multi_query_group_num 2 but multi_query_attention false: every one of 8 heads is cached.",
+        chatglm(multi_query=False),
+        max_model_len=2048,
     ),
 ]
 
