@@ -366,6 +366,11 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
         # 0.32 runs OLMo 3 on its Transformers backend, which gives the sliding layers their window.
         kinds = tuple(LayerType.FULL if (i + 1) % 4 == 0 else LayerType.SLIDING for i in range(layers))
         return kinds, "OLMo 3 without layer_types: every 4th layer full attention, sliding window elsewhere"
+    indices = r.raw("attn_layer_indices")
+    if model_type == "bamba" and isinstance(indices, Sequence) and not isinstance(indices, str):
+        # transformers' BambaConfig: attention at attn_layer_indices, Mamba2 mixers elsewhere.
+        kinds = tuple(LayerType.FULL if i in indices else LayerType.MAMBA for i in range(layers))
+        return kinds, "Bamba: attention at attn_layer_indices, Mamba2 elsewhere"
     pattern = r.int_("sliding_window_pattern")
     if pattern is not None and r.raw("sliding_window") is not None:
         kinds = tuple(LayerType.FULL if (i + 1) % pattern == 0 else LayerType.SLIDING for i in range(layers))

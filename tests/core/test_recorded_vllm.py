@@ -107,6 +107,11 @@ def test_there_are_recorded_cases_for_every_layer_kind() -> None:
         "gpt-bigcode-mqa",
         "olmo3-interleaved",
         "exaone4-default-pattern",
+        "dbrx-moe",
+        "minicpm3-mla-like",
+        "falcon-h1-parallel-hybrid",
+        "granite-hybrid-no-prefix-caching",
+        "llama-gqa-maxlen-null-block-edge",
     ):
         assert needed in ids
     assert {p.stem for p in REFUSED} >= {
@@ -116,6 +121,7 @@ def test_there_are_recorded_cases_for_every_layer_kind() -> None:
         "qwen3-sliding-partial-refused",
         "llama-hd80-fp8-refused",
         "llama-gqa-seqs-over-batched-refused",
+        "llama-gqa-maxlen-all-blocks-refused",
     }
 
 
@@ -142,6 +148,7 @@ REFUSAL_PHRASES = {
     "Sliding window for some but all layers is not supported": "sliding_window_some_layers",
     "FP8 KV cache requires head_size divisible by 32 on CPU": "cpu_fp8_head_size",
     "and is not supported anymore": "architecture_removed",
+    "does not dispatch through the Transformers attention interface": "transformers_backend_layer",
 }
 
 

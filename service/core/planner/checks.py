@@ -314,12 +314,14 @@ QWEN2_MODEL_ARCHITECTURES = frozenset(
 
 
 # ``_PREVIOUSLY_SUPPORTED_MODELS`` (vllm/model_executor/models/registry.py, 0.32.0): architectures removed from
-# vLLM, with the last release that still ran them. ``_ModelRegistry._raise_for_unsupported`` refuses them.
+# vLLM, with the last release that still ran them. ``ModelRegistry.resolve_model_cls`` first falls back to the
+# Transformers backend (``_try_resolve_transformers``: the class exists in transformers and is backend-compatible),
+# and only then refuses (``_raise_for_unsupported``). So this table holds the removed architectures transformers 5
+# has no compatible class for (``MptForCausalLM`` exists but is not backend-compatible), and
+# ``TRANSFORMERS_FALLBACK_ARCHITECTURES`` the ones vLLM hands to the Transformers backend instead.
 REMOVED_ARCHITECTURES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(("Phi3SmallForCausalLM",), (0, 9)),
     **dict.fromkeys(("MotifForCausalLM", "Phi4FlashForCausalLM", "DonutForConditionalGeneration"), (0, 10)),
-    "MllamaForConditionalGeneration": (0, 10),
-    "Phi4MultimodalForCausalLM": (0, 12),
     "JAISLMHeadModel": (0, 22),
     **dict.fromkeys(
         (
@@ -328,9 +330,6 @@ REMOVED_ARCHITECTURES: dict[str, tuple[int, int]] = {
             "QwenVLForConditionalGeneration",
             "InternLMForCausalLM",
             "XverseForCausalLM",
-            "Dots1ForCausalLM",
-            "BambaForCausalLM",
-            "MiniMaxForCausalLM",
             "MiniMaxText01ForCausalLM",
             "MiniMaxM1ForCausalLM",
             "MiniMaxVL01ForConditionalGeneration",
@@ -348,17 +347,14 @@ REMOVED_ARCHITECTURES: dict[str, tuple[int, int]] = {
             "Grok1ForCausalLM",
             "TarsierForConditionalGeneration",
             "MantisForConditionalGeneration",
-            "AyaVisionForConditionalGeneration",
-            "MusicFlamingoForConditionalGeneration",
         ),
         (0, 24),
     ),
-    **dict.fromkeys(("TeleChatForCausalLM", "PersimmonForCausalLM", "FuyuForCausalLM"), (0, 25)),
+    **dict.fromkeys(("TeleChatForCausalLM",), (0, 25)),
     **dict.fromkeys(("Plamo2ForCausalLM", "OuroForCausalLM"), (0, 26)),
     **dict.fromkeys(
         (
             "ArcticForCausalLM",
-            "ChameleonForConditionalGeneration",
             "Fairseq2LlamaForCausalLM",
             "GritLM",
             "MPTForCausalLM",
@@ -375,25 +371,57 @@ REMOVED_ARCHITECTURES: dict[str, tuple[int, int]] = {
     ),
 }
 _REMOVED_ARCHITECTURE_RELEASES = {arch: f"{v[0]}.{v[1]}.0" for arch, v in REMOVED_ARCHITECTURES.items()}
+# Removed from vLLM's own models but implemented (backend-compatibly) in transformers 5: served by the Transformers
+# backend, which runs attention layers only (vllm/model_executor/models/transformers/base.py refuses any layer that
+# does not dispatch through the Transformers attention interface, e.g. Bamba's Mamba2 mixers).
+TRANSFORMERS_FALLBACK_ARCHITECTURES: dict[str, tuple[int, int]] = {
+    "MllamaForConditionalGeneration": (0, 10),
+    "Phi4MultimodalForCausalLM": (0, 12),
+    **dict.fromkeys(("Dots1ForCausalLM", "BambaForCausalLM", "MiniMaxForCausalLM"), (0, 23)),
+    **dict.fromkeys(("MusicFlamingoForConditionalGeneration", "AyaVisionForConditionalGeneration"), (0, 24)),
+    **dict.fromkeys(("PersimmonForCausalLM", "FuyuForCausalLM"), (0, 25)),
+    "ChameleonForConditionalGeneration": (0, 28),
+}
 
 
 def removed_architecture_messages(model: ModelSpec, engine: EngineProfile) -> list[Message]:
-    """The release no longer has the model's architecture: ``ModelRegistry`` refuses it before building anything.
+    """The release no longer has the model's architecture (the table is 0.32.0's; only releases after the last one
+    that listed it refuse; the ``ideal`` profile has no registry).
 
-    Only releases after the last one that listed it refuse (the table is 0.32.0's); the ``ideal`` profile has no
-    registry.
+    Without a Transformers implementation ``ModelRegistry`` refuses it before building anything. With one, the
+    Transformers backend builds it and refuses the first layer that is not attention (a Mamba or linear-attention
+    mixer); a model of attention layers only runs there with the same KV cache.
     """
-    last = REMOVED_ARCHITECTURES.get(model.architecture or "")
-    if last is None or engine.version is None or engine.version <= last:
+    arch = model.architecture or ""
+    if engine.version is None:
         return []
-    release = _REMOVED_ARCHITECTURE_RELEASES[model.architecture or ""]
+    last = REMOVED_ARCHITECTURES.get(arch)
+    if last is not None and engine.version > last:
+        release = _REMOVED_ARCHITECTURE_RELEASES[arch]
+        return [
+            Message(
+                level="error",
+                code="architecture_removed",
+                text=(
+                    f"Model architecture {arch} was supported in vLLM until v{release}, and is not supported "
+                    "anymore. Please use an older version of vLLM if you want to use this model architecture."
+                ),
+            )
+        ]
+    last = TRANSFORMERS_FALLBACK_ARCHITECTURES.get(arch)
+    if last is None or engine.version <= last:
+        return []
+    state = next((i for i, kind in enumerate(model.resolved_layer_types) if kind.is_state), None)
+    if state is None:
+        return []
     return [
         Message(
             level="error",
-            code="architecture_removed",
+            code="transformers_backend_layer",
             text=(
-                f"Model architecture {model.architecture} was supported in vLLM until v{release}, and is not "
-                "supported anymore. Please use an older version of vLLM if you want to use this model architecture."
+                f"Layer {state} does not dispatch through the Transformers attention interface and vLLM has no other "
+                f"way to handle it. ({arch} left vLLM's own models after v{last[0]}.{last[1]}.0; the Transformers "
+                "backend that serves it now runs attention layers only.)"
             ),
         )
     ]
