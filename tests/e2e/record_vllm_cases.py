@@ -1240,6 +1240,8 @@ def lfm2(layer_types: list[str]) -> dict[str, Any]:
         "conv_L_cache": 3,
         "conv_dim": 256,  # published LFM2 configs carry it (vLLM's lfm2.py reads config.conv_dim)
         "conv_dim_out": 256,
+        "block_dim": 256,  # likewise (vLLM's Lfm2MLP reads config.block_dim)
+        "block_ff_dim": 512,
         "block_multiple_of": 256,
         "block_ffn_dim_multiplier": 1.0,
         "block_auto_adjust_ff_dim": False,
@@ -1251,82 +1253,6 @@ def lfm2(layer_types: list[str]) -> dict[str, Any]:
         "eos_token_id": 2,
         "pad_token_id": 0,
         "tie_word_embeddings": True,
-        "torch_dtype": "bfloat16",
-    }
-
-
-def gemma3_mm(layers: int = 6, window: int = 512) -> dict[str, Any]:
-    """Gemma 3 with a (tiny) SigLIP vision tower: the language model under text_config."""
-    text = gemma3_text(layers, window)
-    for key in ("architectures", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype"):
-        text.pop(key, None)
-    return {
-        "architectures": ["Gemma3ForConditionalGeneration"],
-        "model_type": "gemma3",
-        "text_config": text,
-        "vision_config": {
-            "model_type": "siglip_vision_model",
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "image_size": 224,
-            "patch_size": 14,
-            "vision_use_head": False,
-        },
-        "mm_tokens_per_image": 16,
-        "boi_token_index": 1001,
-        "eoi_token_index": 1002,
-        "image_token_index": 1000,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "pad_token_id": 0,
-        "vocab_size": 1024,
-        "torch_dtype": "bfloat16",
-    }
-
-
-def qwen2_5_vl(layers: int = 4) -> dict[str, Any]:
-    """Qwen2.5-VL (flat text keys as published), M-RoPE, a one-block vision tower."""
-    return {
-        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
-        "model_type": "qwen2_5_vl",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": layers,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 2,
-        "hidden_act": "silu",
-        "max_position_embeddings": 8192,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
-        "sliding_window": 8192,
-        "use_sliding_window": False,
-        "max_window_layers": layers,
-        "vision_config": {
-            "depth": 1,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_heads": 2,
-            "out_hidden_size": 256,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "window_size": 112,
-            "fullatt_block_indexes": [0],
-            "in_chans": 3,
-            "hidden_act": "silu",
-        },
-        "image_token_id": 1000,
-        "video_token_id": 1001,
-        "vision_start_token_id": 1002,
-        "vision_end_token_id": 1003,
-        "vision_token_id": 1004,
-        "vocab_size": 1024,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
     }
 
@@ -1446,6 +1372,14 @@ def chatglm(*, multi_query: bool) -> dict[str, Any]:
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
     }
+
+
+def dense_decoder(arch: str, model_type: str, **extra: Any) -> dict[str, Any]:
+    """A Llama-shaped dense decoder of another family (4 layers, 8 heads, 2 KV heads, hidden 256)."""
+    cfg = llama(layers=4, heads=8, kv_heads=2, head_dim=32, hidden=256)
+    del cfg["head_dim"]
+    cfg.update({"architectures": [arch], "model_type": model_type, **extra})
+    return cfg
 
 
 CASES: list[Case] = [
@@ -2072,20 +2006,6 @@ CASES: list[Case] = [
         extra_args=(*SCHED_ARGS, "--kv-cache-dtype", "fp8"),
     ),
     Case(
-        "gemma3-mm-language-only",
-        "Gemma 3 (ForConditionalGeneration, SigLIP tower) with --language-model-only: 6 text layers, 5 sliding : 1 full.",
-        gemma3_mm(6),
-        max_model_len=8192,
-        extra_args=(*SCHED_ARGS, "--language-model-only"),
-    ),
-    Case(
-        "qwen2_5-vl-language-only",
-        "Qwen2.5-VL, 4 text layers (2 KV heads × 32, M-RoPE), use_sliding_window false, --language-model-only.",
-        qwen2_5_vl(4),
-        max_model_len=4096,
-        extra_args=("--language-model-only",),
-    ),
-    Case(
         "granite-hybrid-fp8kv",
         "Case granite-hybrid-mamba2 with --kv-cache-dtype fp8 (attention pages halve; the Mamba state keeps its dtypes).",
         granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
@@ -2101,7 +2021,7 @@ CASES: list[Case] = [
     ),
     Case(
         "bamba-removed-refused",
-        "Bamba (BambaForCausalLM): vLLM's registry lists it as supported until v0.23.0.",
+        "Bamba (BambaForCausalLM): gone from vLLM's models after v0.23.0, the Transformers backend refuses its Mamba2 layers.",
         bamba(),
         max_model_len=2048,
         expect_refusal=True,
@@ -2124,6 +2044,108 @@ CASES: list[Case] = [
         "ChatGLM with multi_query_group_num 2 but multi_query_attention false: every one of 8 heads is cached.",
         chatglm(multi_query=False),
         max_model_len=2048,
+    ),
+    Case(
+        "qwen3-dense-hd64",
+        "Qwen3 dense, 4 layers, 4 heads, 2 KV heads of head_dim 64 (wider than hidden / heads = 32), q/k norm.",
+        dense_decoder(
+            "Qwen3ForCausalLM",
+            "qwen3",
+            num_attention_heads=4,
+            head_dim=64,
+            use_sliding_window=False,
+            sliding_window=None,
+            max_window_layers=4,
+            rope_theta=1000000.0,
+        ),
+        max_model_len=2048,
+    ),
+    Case(
+        "stablelm-partial-rotary",
+        "StableLM 2, 4 layers, 2 KV heads × 32, partial_rotary_factor 0.25, qkv bias.",
+        dense_decoder(
+            "StableLmForCausalLM",
+            "stablelm",
+            partial_rotary_factor=0.25,
+            use_qkv_bias=True,
+            qk_layernorm=False,
+            use_parallel_residual=False,
+            layer_norm_eps=1e-5,
+            hidden_act="silu",
+        ),
+        max_model_len=2048,
+    ),
+    Case(
+        "phi2-mha",
+        "Phi-2 (PhiForCausalLM, Transformers backend), 4 layers MHA 8 × 32, partial_rotary_factor 0.5, fp16.",
+        {
+            **dense_decoder(
+                "PhiForCausalLM",
+                "phi",
+                partial_rotary_factor=0.5,
+                hidden_act="gelu_new",
+                layer_norm_eps=1e-5,
+                qk_layernorm=False,
+                max_position_embeddings=2048,
+                torch_dtype="float16",
+            ),
+            "num_key_value_heads": None,
+        },
+        max_model_len=2048,
+    ),
+    Case(
+        "nemotron-dense",
+        "Nemotron (Minitron-style), 4 layers, 2 KV heads × head_dim 48, partial_rotary_factor 0.5, relu2.",
+        dense_decoder(
+            "NemotronForCausalLM",
+            "nemotron",
+            head_dim=48,
+            partial_rotary_factor=0.5,
+            hidden_act="relu2",
+            norm_eps=1e-5,
+        ),
+        max_model_len=2048,
+    ),
+    Case(
+        "granite-dense",
+        "Granite 3 dense (GraniteForCausalLM), 4 layers, 2 KV heads × 32, the Granite multipliers.",
+        dense_decoder(
+            "GraniteForCausalLM",
+            "granite",
+            attention_multiplier=0.0078125,
+            embedding_multiplier=12.0,
+            residual_multiplier=0.22,
+            logits_scaling=8.0,
+            tie_word_embeddings=True,
+        ),
+        max_model_len=2048,
+    ),
+    Case(
+        "seed-oss",
+        "Seed-OSS (Transformers backend), 4 layers, 4 heads, 2 KV heads of head_dim 64, attention bias.",
+        dense_decoder(
+            "SeedOssForCausalLM",
+            "seed_oss",
+            num_attention_heads=4,
+            head_dim=64,
+            attention_bias=True,
+            attention_out_bias=False,
+        ),
+        max_model_len=2048,
+    ),
+    Case(
+        "qwen3-next-no-prefix-caching",
+        "Case qwen3-next-hybrid with --no-enable-prefix-caching: one gated-DeltaNet state page per request.",
+        qwen3_next(4),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--no-enable-prefix-caching"),
+    ),
+    Case(
+        "jamba-no-prefix-caching",
+        "Case jamba-hybrid with --no-enable-prefix-caching (Mamba1 state, mamba cache mode none).",
+        jamba(4),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--no-enable-prefix-caching"),
     ),
 ]
 
