@@ -472,12 +472,14 @@ def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: st
             head_dim=channels // mamba_heads,
         )
     if model_type in ("lfm2", "lfm2_moe"):
-        # Lfm2ShortConv's state (MambaStateShapeCalculator.short_conv_state_shape, vLLM 0.32): conv_dim channels ×
-        # (conv_L_cache − 1) rows; vLLM reads ``config.conv_dim``, published LFM2 configs carry it.
+        # The ShortConv state (MambaStateShapeCalculator.short_conv_state_shape, vLLM 0.32): channels ×
+        # (conv_L_cache − 1) rows. Lfm2ForCausalLM takes ``config.conv_dim`` (published LFM2 configs carry it),
+        # Lfm2MoeForCausalLM the hidden size (each model's get_mamba_state_shape_from_config).
+        conv_channels = hidden if model_type == "lfm2_moe" else r.int_("conv_dim", required=True)
         return StateSpec(
             kind="short_conv",
             conv_kernel=r.int_("conv_L_cache", required=True) or 3,
-            intermediate_size=r.int_("conv_dim", required=True) or 0,
+            intermediate_size=conv_channels or 0,
         )
     # Mamba2ForCausalLM names its mixer heads ``num_heads`` (transformers' Mamba2Config).
     num_heads = r.int_(

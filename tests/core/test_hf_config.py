@@ -199,3 +199,15 @@ def test_chatglm_groups_kv_heads_only_under_multi_query_attention() -> None:
     glm = {**BASE, "model_type": "chatglm", "multi_query_group_num": 2}
     assert parse_hf_config({**glm, "multi_query_attention": True}).num_key_value_heads == 2
     assert parse_hf_config(glm).num_key_value_heads == 8
+
+
+def test_lfm2_moe_convolves_over_the_hidden_size() -> None:
+    # Lfm2MoeForCausalLM.get_mamba_state_shape_from_config passes hidden_size (no conv_dim), vLLM 0.32.0.
+    config = {
+        **BASE,
+        "model_type": "lfm2_moe",
+        "conv_L_cache": 3,
+        "layer_types": ["conv", "full_attention"] * 2,
+    }
+    spec = parse_hf_config(config)
+    assert spec.state is not None and spec.state.intermediate_size == 512
