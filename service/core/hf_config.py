@@ -441,6 +441,13 @@ def _config_ssm_dtype(r: _Reader) -> str | None:
 
 
 def _state(r: _Reader, hidden: int, kinds: tuple[LayerType, ...], model_type: str) -> StateSpec | None:
+    if LayerType.LINEAR in kinds and model_type in ("minimax", "minimax_text_01", "minimax_m1"):
+        raise ConfigError(
+            "lists MiniMax lightning-attention layers, which kvcap does not model; vLLM 0.32 no longer has them "
+            "either (MiniMaxText01 left after v0.23.0, and the Transformers backend refuses a layer that is not "
+            "attention)",
+            field="layer_types",
+        )
     if LayerType.LINEAR in kinds:
         return StateSpec(
             kind="gated_delta_net",

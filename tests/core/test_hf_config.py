@@ -211,3 +211,12 @@ def test_lfm2_moe_convolves_over_the_hidden_size() -> None:
     }
     spec = parse_hf_config(config)
     assert spec.state is not None and spec.state.intermediate_size == 512
+
+
+def test_minimax_lightning_attention_is_refused_with_a_reason() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_hf_config(
+            {**BASE, "model_type": "minimax", "layer_types": ["linear_attention", "full_attention"] * 2}
+        )
+    assert err.value.field == "layer_types"
+    assert "lightning" in err.value.message
