@@ -1382,6 +1382,56 @@ def dense_decoder(arch: str, model_type: str, **extra: Any) -> dict[str, Any]:
     return cfg
 
 
+def lfm2_moe(layer_types: list[str]) -> dict[str, Any]:
+    """LFM2-MoE: LFM2's conv/attention layers, the first num_dense_layers dense, MoE after (conv over hidden)."""
+    return {
+        "architectures": ["Lfm2MoeForCausalLM"],
+        "model_type": "lfm2_moe",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 128,
+        "num_hidden_layers": len(layer_types),
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "layer_types": layer_types,
+        "conv_bias": False,
+        "conv_L_cache": 3,
+        "num_dense_layers": 1,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "use_expert_bias": True,
+        "routed_scaling_factor": 1.0,
+        "norm_topk_prob": True,
+        "max_position_embeddings": 8192,
+        "norm_eps": 1e-5,
+        "rope_theta": 1000000.0,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def hunyuan_moe() -> dict[str, Any]:
+    """Hunyuan MoE V1 (Transformers MoE backend): 4 experts top-2, 2 KV heads × 64, q/k norm."""
+    return {
+        **hunyuan_dense(),
+        "architectures": ["HunYuanMoEV1ForCausalLM"],
+        "model_type": "hunyuan_v1_moe",
+        "num_experts": 4,
+        "moe_topk": 2,
+    }
+
+
+def falcon_new_decoder() -> dict[str, Any]:
+    """Falcon-40B-style: new_decoder_architecture, num_kv_heads 2 (multi_query ignored), parallel attention."""
+    cfg = falcon_mqa()
+    cfg.update({"new_decoder_architecture": True, "num_kv_heads": 2, "multi_query": True})
+    return cfg
+
+
 CASES: list[Case] = [
     Case(
         "llama-mha",
@@ -2184,6 +2234,41 @@ CASES: list[Case] = [
         kv_cache_memory_bytes=8 * 2**20,
         extra_args=SCHED_ARGS,
         expect_refusal=True,
+    ),
+    Case(
+        "lfm2-moe-conv-hybrid",
+        "LFM2-MoE, 4 layers (conv, conv, attention, conv), the first dense, then 4 experts top-2; conv state over hidden.",
+        lfm2_moe(["conv", "conv", "full_attention", "conv"]),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "hunyuan-moe",
+        "Hunyuan MoE V1, 4 layers (4 experts top-2), 2 KV heads × 64.",
+        hunyuan_moe(),
+        max_model_len=2048,
+    ),
+    Case(
+        "falcon-new-decoder-gqa",
+        "Falcon with new_decoder_architecture: num_kv_heads 2 (multi_query ignored), head 32, 4 layers.",
+        falcon_new_decoder(),
+        max_model_len=2048,
+    ),
+    Case(
+        "granite-hybrid-tp2",
+        "Case granite-hybrid-mamba2 with --tensor-parallel-size 2: 1 KV head and 4 Mamba2 heads per rank, the group replicated.",
+        granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--tensor-parallel-size", "2"),
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
+    ),
+    Case(
+        "deepseek-v2-mla-tp2",
+        "Case deepseek-v2-mla with --tensor-parallel-size 2: the 576-wide latent is not split by TP.",
+        deepseek_v2_mla(),
+        max_model_len=2048,
+        extra_args=("--tensor-parallel-size", "2"),
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
     ),
 ]
 
