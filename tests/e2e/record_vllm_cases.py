@@ -2270,6 +2270,27 @@ CASES: list[Case] = [
         extra_args=("--tensor-parallel-size", "2"),
         env={"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
     ),
+    Case(
+        "lfm2-conv-state-fp32",
+        "Case lfm2-conv-hybrid with --mamba-cache-dtype float32 (the conv state in 4 bytes).",
+        lfm2(["conv", "conv", "full_attention", "conv"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-cache-dtype", "float32"),
+    ),
+    Case(
+        "falcon-h1-fp8kv",
+        "Case falcon-h1-parallel-hybrid with --kv-cache-dtype fp8 (attention pages halve, the Mamba2 state does not).",
+        falcon_h1(4),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--kv-cache-dtype", "fp8"),
+    ),
+    Case(
+        "zamba2-no-prefix-caching",
+        "Case zamba2-hybrid with --no-enable-prefix-caching.",
+        zamba2(["mamba", "mamba", "hybrid", "mamba"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--no-enable-prefix-caching"),
+    ),
 ]
 
 
