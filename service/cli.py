@@ -226,6 +226,13 @@ def plan(
     max_num_seqs: Annotated[int | None, typer.Option()] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option()] = None,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager")] = False,
+    disable_sliding_window: Annotated[
+        bool,
+        typer.Option(
+            "--disable-sliding-window",
+            help="sliding layers as full attention, max_model_len capped at the window",
+        ),
+    ] = False,
     device: Annotated[str, typer.Option(help="cuda, rocm or cpu")] = "cuda",
     mamba_cache_dtype: Annotated[str | None, typer.Option(help="auto, float32, bfloat16 or float16")] = None,
     mamba_ssm_cache_dtype: Annotated[
@@ -318,6 +325,7 @@ def plan(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         enforce_eager=enforce_eager,
+        disable_sliding_window=disable_sliding_window,
         device=device,
         mamba_cache_dtype=mamba_cache_dtype,
         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,

@@ -108,6 +108,7 @@ class PlanOptions:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool = False
+    disable_sliding_window: bool = False
     device: str = "cuda"
     mamba_cache_dtype: str | None = None
     mamba_ssm_cache_dtype: str | None = None
@@ -151,6 +152,7 @@ def _settings_fields(o: PlanOptions, length: int | str | None) -> dict[str, obje
         "max_num_seqs": o.max_num_seqs,
         "max_num_batched_tokens": o.max_num_batched_tokens,
         "enforce_eager": o.enforce_eager,
+        "disable_sliding_window": o.disable_sliding_window,
         "device": o.device,
         "mamba_cache_dtype": o.mamba_cache_dtype,
         "mamba_ssm_cache_dtype": o.mamba_ssm_cache_dtype,
@@ -329,7 +331,11 @@ _PLAN_VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--prompt-tokens": ("prompt_tokens", int),
     "--output-tokens": ("output_tokens", int),
 }
-_PLAN_FLAGS = {"--enforce-eager": "enforce_eager", "--json": "as_json"}
+_PLAN_FLAGS = {
+    "--enforce-eager": "enforce_eager",
+    "--disable-sliding-window": "disable_sliding_window",
+    "--json": "as_json",
+}
 _CHECK_FILES = ("--filename", "-f", "--file")
 
 

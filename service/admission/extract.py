@@ -243,6 +243,7 @@ _VALUE_FLAGS: dict[str, tuple[str, str]] = {
 }
 _BOOL_FLAGS: dict[str, str] = {
     "--enforce-eager": "enforce_eager",
+    "--disable-sliding-window": "disable_sliding_window",
     "--async-scheduling": "async_scheduling",
 }
 # Flags that take several values (argparse nargs="+"): they swallow words up to the next flag.

@@ -112,6 +112,7 @@ class DeploymentUpdate(SafeText):
     max_num_seqs: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     max_num_batched_tokens: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     enforce_eager: bool | None = None
+    disable_sliding_window: bool | None = None
     async_scheduling: bool | None = None
     device: Literal["cuda", "rocm", "cpu"] | None = None
     engine: Annotated[str, StringConstraints(max_length=32)] | None = None

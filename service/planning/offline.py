@@ -42,6 +42,7 @@ _DEFAULTS: dict[str, Any] = {
     "enable_chunked_prefill": None,
     "enable_prefix_caching": None,
     "enforce_eager": False,
+    "disable_sliding_window": False,
     "async_scheduling": None,
     "device": "cuda",
     "mamba_cache_dtype": None,
@@ -91,6 +92,7 @@ _BOOLS = frozenset(
         "enable_chunked_prefill",
         "enable_prefix_caching",
         "enforce_eager",
+        "disable_sliding_window",
         "async_scheduling",
         "cpu_avx512_bf16",
     }
@@ -119,6 +121,7 @@ class PlainSettings:
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
+    disable_sliding_window: bool = False
     async_scheduling: bool | None = None
     device: str = "cuda"
     mamba_cache_dtype: str | None = None

@@ -194,6 +194,7 @@ def build_request(
         enable_chunked_prefill=settings.enable_chunked_prefill,
         enable_prefix_caching=settings.enable_prefix_caching,
         enforce_eager=settings.enforce_eager,
+        disable_sliding_window=settings.disable_sliding_window,
         async_scheduling=settings.async_scheduling,
         device=settings.device,
         mamba_cache_dtype=settings.mamba_cache_dtype,

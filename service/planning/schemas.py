@@ -128,6 +128,11 @@ class PlanSettings(Schema):
         description="--enable-prefix-caching; default: the release's (on in V1); off, hybrids keep one Mamba state page",
     )
     enforce_eager: bool = False
+    disable_sliding_window: bool = Field(
+        default=False,
+        description="--disable-sliding-window: sliding layers served as full attention, the default "
+        "max_model_len capped at the window",
+    )
     async_scheduling: bool | None = None
     device: Literal["cuda", "rocm", "cpu"] = "cuda"
     mamba_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = Field(

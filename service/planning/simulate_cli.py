@@ -85,6 +85,7 @@ def simulate_command(
     max_num_seqs: Annotated[int | None, Opt()] = None,
     max_num_batched_tokens: Annotated[int | None, Opt()] = None,
     enforce_eager: Annotated[bool, Opt("--enforce-eager")] = False,
+    disable_sliding_window: Annotated[bool, Opt("--disable-sliding-window")] = False,
     no_gpu_p2p: Annotated[
         bool, Opt("--no-gpu-p2p", help="the TP GPUs lack P2P (vLLM logs: custom allreduce is disabled)")
     ] = False,
@@ -144,6 +145,7 @@ def simulate_command(
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "enforce_eager": enforce_eager,
+        "disable_sliding_window": disable_sliding_window,
         "device": device,
         "gpu_peer_to_peer": not no_gpu_p2p,
         "benchmark": {

@@ -146,6 +146,11 @@ def test_negated_and_explicit_booleans() -> None:
     assert parse_vllm_args(["--enforce-eager=false"]).values == {"enforce_eager": False}
 
 
+def test_disable_sliding_window_is_read_from_the_container_args() -> None:
+    assert parse_vllm_args(["m", "--disable-sliding-window"]).values == {"disable_sliding_window": True}
+    assert parse_vllm_args(["--disable-sliding-window=false"]).values == {"disable_sliding_window": False}
+
+
 def test_values_vllm_would_refuse_are_problems() -> None:
     flags = parse_vllm_args(["m", "--tensor-parallel-size", "two", "--max-model-len"])
     assert flags.problems == [

@@ -59,6 +59,7 @@ def _run(module: str, *args: str, stdin: str | None = None) -> tuple[int, str, s
             "--json",
         ),
         ("plan", "-m", "llama-3.1-8b", "-g", "h100-sxm-80gb", "--quantization", "fp8", "--enforce-eager"),
+        ("plan", "-m", "mistral-7b-v0.1", "-g", "h100-sxm-80gb", "--disable-sliding-window", "--json"),
         (
             "plan",
             "-m",

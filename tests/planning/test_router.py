@@ -64,6 +64,25 @@ async def test_plan_resolves_hf_ids_and_gpu_operator_labels(client: httpx.AsyncC
     assert plan["settings"]["max_num_seqs"] == 1024  # H100-class batch default
 
 
+async def test_disable_sliding_window_serves_full_attention_up_to_the_window(
+    client: httpx.AsyncClient,
+) -> None:
+    # Mistral-7B-v0.1: 32768 positions, a 4096-token window on all 32 layers (its published config.json).
+    body = {"model": "mistral-7b-v0.1", "gpu": "h100-sxm-80gb"}
+    windowed = (await client.post("/v1/plans", json=body)).json()
+    flagged = (await client.post("/v1/plans", json={**body, "disable_sliding_window": True})).json()
+    assert windowed["settings"]["max_model_len"] == 32768
+    assert flagged["settings"]["max_model_len"] == 4096
+    # A 4096-token request holds 4096 / 16 = 256 full-attention blocks.
+    assert flagged["kv_cache"]["blocks_per_request"] == 256
+    refused = (
+        await client.post("/v1/plans", json={**body, "disable_sliding_window": True, "max_model_len": 8192})
+    ).json()
+    assert refused["fits"] is False
+    error = next(m for m in refused["messages"] if m["level"] == "error")
+    assert "sliding_window=4096.0" in error["text"]
+
+
 async def test_exact_budget_gives_exact_blocks(client: httpx.AsyncClient) -> None:
     body = {
         "model": "llama-3.1-8b",

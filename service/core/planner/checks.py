@@ -427,6 +427,35 @@ def removed_architecture_messages(model: ModelSpec, engine: EngineProfile) -> li
     ]
 
 
+# Cohere 2's vLLM model builds its sliding layers with ``config.sliding_window + 1``
+# (``vllm/model_executor/models/commandr.py``, 0.32.0; ``cohere2_moe.py`` likewise).
+COHERE2_MODEL_TYPES = frozenset({"cohere2", "cohere2_moe"})
+
+
+def sliding_window_flag_messages(request: PlanRequest) -> list[Message]:
+    """``--disable-sliding-window`` on a model whose constructor reads the window it removes.
+
+    ``ModelConfig`` sets ``hf_text_config.sliding_window`` to None (``vllm/config/model.py``, 0.32.0), and Cohere 2's
+    attention computes ``config.sliding_window + 1`` for its sliding layers (``commandr.py``): the model fails to
+    build with a TypeError before any memory is allocated.
+    """
+    model = request.model
+    if not request.disable_sliding_window or model.sliding_window is None:
+        return []
+    if model.model_type not in COHERE2_MODEL_TYPES:
+        return []
+    return [
+        Message(
+            level="error",
+            code="disable_sliding_window_unsupported",
+            text=(
+                "unsupported operand type(s) for +: 'NoneType' and 'int' (--disable-sliding-window sets "
+                "sliding_window to None and Cohere 2's attention adds 1 to it while the model is built)"
+            ),
+        )
+    ]
+
+
 def model_build_messages(model: ModelSpec, engine: EngineProfile) -> list[Message]:
     """What a model's own constructor refuses while the engine builds it.
 

@@ -47,6 +47,9 @@ class PlanRequest:
     # page per request (mamba_cache_mode "none") instead of align mode's checkpoints.
     enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
+    # --disable-sliding-window: every sliding layer is served as full attention, the default length capped at the
+    # window (``settings.served_model``).
+    disable_sliding_window: bool = False
     async_scheduling: bool | None = None
     device: str = "cuda"
     prompt_tokens: int | None = None

@@ -7,6 +7,7 @@ accepts but changes (an ``int8`` KV cache alias, bf16 cast to fp16 on GPUs witho
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -17,6 +18,7 @@ from service.core.engines import EngineProfile, resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.overheads import OverheadCoefficients
 from service.core.planner.checks import (
+    COHERE2_MODEL_TYPES,
     bf16_refusal,
     cpu_fp8_head_size_messages,
     kernel_block_size_messages,
@@ -26,12 +28,13 @@ from service.core.planner.checks import (
     quantized_shape_messages,
     removed_architecture_messages,
     scheduler_checks,
+    sliding_window_flag_messages,
     tensor_parallel_messages,
 )
 from service.core.planner.features import ServingFeatures, check_features
 from service.core.planner.request import DEVICES, MAMBA_CACHE_DTYPES, PlanRequest
 from service.core.planner.results import Message
-from service.core.specs import GpuSpec, ModelSpec
+from service.core.specs import GpuSpec, LayerType, ModelSpec
 from service.core.units import GIB
 from service.core.weights import QuantScheme, resolve_quantization
 
@@ -190,11 +193,11 @@ def length_free(request: PlanRequest) -> LengthFree:
     _reject_invalid(request, engine)
     kv_dtype, kv_messages = _kv_cache_dtype(request, engine)
     dtype, dtype_messages = _model_dtype(request, engine)
-    model = request.model
+    model = served_model(request)
     quant: QuantScheme | None = resolve_quantization(request.quantization, native=model.quantization)
     _max_model_len(request)  # its refusal comes here in vLLM's order
     tp, pp = request.tensor_parallel_size, request.pipeline_parallel_size
-    model, state_messages = _state_dtypes(request, engine)
+    model, state_messages = _state_dtypes(request, engine, model)
     block_size, block_messages = _block_size(request, engine)
     late = [
         *quantization_capability(
@@ -207,7 +210,8 @@ def length_free(request: PlanRequest) -> LengthFree:
         *dtype_messages,
         *quantized_shape_messages(model, quant, tp, engine, request.gpu, request.quantization),
         *removed_architecture_messages(model, engine),
-        *model_build_messages(model, engine),
+        *model_build_messages(request.model, engine),  # the published config (its ``layer_types``)
+        *sliding_window_flag_messages(request),
         *kernel_block_size_messages(model, engine, request.device, block_size),
         *cpu_fp8_head_size_messages(model, engine, request.device, kv_dtype.name),
     ]
@@ -291,7 +295,50 @@ def _kv_cache_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[KvCach
     return kv_dtype, messages
 
 
-def _state_dtypes(request: PlanRequest, engine: EngineProfile) -> tuple[ModelSpec, list[Message]]:
+def served_model(request: PlanRequest) -> ModelSpec:
+    """The model as vLLM builds it for ``request``: the published one, or without its sliding window under
+    ``--disable-sliding-window`` (``without_sliding_window``)."""
+    if not request.disable_sliding_window:
+        return request.model
+    return without_sliding_window(request.model)
+
+
+@functools.lru_cache(maxsize=256)
+def without_sliding_window(model: ModelSpec) -> ModelSpec:
+    """``--disable-sliding-window`` (``ModelConfig``, ``vllm/config/model.py`` 0.32.0; the same rule in
+    ``vllm/config.py`` since the flag appeared): ``_get_and_verify_max_len`` caps the derived default length at
+    the config's ``sliding_window`` when the window is shorter, *before* the RoPE scaling factor multiplies it;
+    then ``hf_text_config.sliding_window`` is set to None, so every layer that took its window from the config
+    builds plain full attention (``Attention``: ``per_layer_sliding_window`` None and ``cache_config.sliding_window``
+    None → ``FullAttentionSpec``). Chunked-attention layers (Llama 4's ``attention_chunk_size``) are untouched.
+
+    The scale factor is the one already in the model's derived length (``max_model_len / max_position_embeddings``:
+    1 for the types vLLM does not scale — YaRN, Llama 3, LongRoPE, Gemma 3 — the factor for linear/dynamic).
+    Cohere 2 keeps ``sliding_window + 1`` in the spec (``hf_config``); the config's own window is one less.
+    """
+    window = model.sliding_window
+    if window is None:
+        return model
+    config_window = window - 1 if model.model_type in COHERE2_MODEL_TYPES else window
+    base = model.max_position_embeddings or model.max_model_len
+    max_len = model.max_model_len
+    if base is None or config_window < base:
+        factor = (model.max_model_len / base) if (base and model.max_model_len) else 1.0
+        max_len = int(config_window * factor)
+    kinds = tuple(
+        LayerType.FULL if kind is LayerType.SLIDING else kind for kind in model.resolved_layer_types
+    )
+    return replace(
+        model,
+        layer_types=kinds if model.layer_types else (),
+        sliding_window=None,
+        max_model_len=max_len,
+    )
+
+
+def _state_dtypes(
+    request: PlanRequest, engine: EngineProfile, model: ModelSpec
+) -> tuple[ModelSpec, list[Message]]:
     """The dtypes of Mamba/linear-attention state, as vLLM 0.32 settles them (nothing to do without state).
 
     ``MambaStateDtypeCalculator._mamba_state_dtype`` (vllm/model_executor/layers/mamba/mamba_utils.py): the conv
@@ -301,7 +348,7 @@ def _state_dtypes(request: PlanRequest, engine: EngineProfile) -> tuple[ModelSpe
     a host with AVX512-BF16 keeps the SSM state in float32 unless it is set to float16/bfloat16 explicitly for a
     gated-DeltaNet model (its accelerated kernel reads those).
     """
-    model, state = request.model, request.model.state
+    state = model.state
     conv_flag = request.mamba_cache_dtype or "auto"
     ssm_flag = request.mamba_ssm_cache_dtype or "auto"
     if state is None:
@@ -352,7 +399,7 @@ def _model_dtype(request: PlanRequest, engine: EngineProfile) -> tuple[str, list
 
 def _max_model_len(request: PlanRequest) -> tuple[int, int | None, list[Message]]:
     """(the length asked or derived, the config's derived length, the refusal of a longer one)."""
-    model = request.model
+    model = served_model(request)
     derived_len = model.max_model_len or model.max_position_embeddings
     if request.max_model_len is None and derived_len is None:
         raise InvalidSpec(
@@ -364,16 +411,27 @@ def _max_model_len(request: PlanRequest) -> tuple[int, int | None, list[Message]
     over = Message(
         level="error",
         code="max_model_len_over_derived",
-        text=over_derived_message(request.max_model_len, derived_len, model.max_position_embeddings),
+        text=over_derived_message(
+            request.max_model_len,
+            derived_len,
+            model.max_position_embeddings,
+            key="sliding_window"
+            if model is not request.model and derived_len != request.model.max_model_len
+            else None,
+        ),
     )
     return max_len, derived_len, [over]
 
 
-def over_derived_message(requested: int, derived: int, max_position_embeddings: int | None) -> str:
+def over_derived_message(
+    requested: int, derived: int, max_position_embeddings: int | None, *, key: str | None = None
+) -> str:
     """``ModelConfig``'s refusal (``_get_and_verify_max_len``: ``vllm/config.py`` to 0.10, ``vllm/config/model.py``
     from 0.11; the wording of the 0.19 log in public case 2034): the derived length is the smallest of the
-    config's length keys, times the rope-scaling factor, and vLLM prints it as a float."""
-    key = "max_position_embeddings" if max_position_embeddings is not None else "max_model_len"
+    config's length keys, times the rope-scaling factor, and vLLM prints it as a float. ``key``: the config key
+    vLLM names when it is not the length key (``sliding_window`` when ``--disable-sliding-window`` capped it)."""
+    if key is None:
+        key = "max_position_embeddings" if max_position_embeddings is not None else "max_model_len"
     return (
         f"User-specified max_model_len ({requested}) is greater than the derived max_model_len "
         f"({key}={float(derived)} or model_max_length=None in model's config.json). To allow overriding this "
@@ -392,7 +450,7 @@ def _block_size(request: PlanRequest, engine: EngineProfile) -> tuple[int, list[
     or CUTLASS MLA (SM 10.0, 128, from 0.10) cannot take by that backend's, with an info line. 0.8 replaced any
     size other than 64, 0.11 only non-multiples; both replace the non-multiples, which is what is applied here.
     """
-    model, gpu = request.model, request.gpu
+    model, gpu = served_model(request), request.gpu
     default = default_block_size(model, engine, gpu, request.device)
     asked = request.block_size
     if asked is None:
@@ -414,7 +472,7 @@ def _batch(request: PlanRequest, engine: EngineProfile, max_len: int) -> tuple[i
         request.enable_chunked_prefill
         if request.enable_chunked_prefill is not None
         else engine.chunked_prefill_above_tokens is None
-        or v0_chunked_prefill(engine, request.model, request.device, max_len)
+        or v0_chunked_prefill(engine, served_model(request), request.device, max_len)
     )
     mns = request.max_num_seqs or default_mns
     if request.max_num_batched_tokens is not None:
