@@ -71,6 +71,7 @@ def request_for(case: dict[str, Any]) -> PlanRequest:
         max_num_batched_tokens=_int_flag(args, "--max-num-batched-tokens"),
         max_num_seqs=_int_flag(args, "--max-num-seqs"),
         enable_chunked_prefill=False if "--no-enable-chunked-prefill" in args else None,
+        disable_sliding_window="--disable-sliding-window" in args,
         enable_prefix_caching=False if "--no-enable-prefix-caching" in args else None,
         mamba_cache_dtype=_flag(args, "--mamba-cache-dtype"),
         mamba_ssm_cache_dtype=_flag(args, "--mamba-ssm-cache-dtype"),
@@ -149,6 +150,7 @@ REFUSAL_PHRASES = {
     "FP8 KV cache requires head_size divisible by 32 on CPU": "cpu_fp8_head_size",
     "and is not supported anymore": "architecture_removed",
     "does not dispatch through the Transformers attention interface": "transformers_backend_layer",
+    "unsupported operand type(s) for +: 'NoneType' and 'int'": "disable_sliding_window_unsupported",
 }
 
 

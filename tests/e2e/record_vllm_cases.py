@@ -1658,12 +1658,44 @@ CASES: list[Case] = [
         max_model_len=4096,
         extra_args=SCHED_ARGS,
     ),
+    Case(
+        "mistral-no-sliding",
+        "Mistral, 4 layers, sliding_window 2048, with --disable-sliding-window: every layer full attention, "
+        "max_model_len at the window.",
+        mistral_sliding(2048),
+        max_model_len=2048,
+        extra_args=(*SCHED_ARGS, "--disable-sliding-window"),
+    ),
+    Case(
+        "gemma2-no-sliding",
+        "Gemma 2, 4 layers alternating sliding 512 / full, with --disable-sliding-window: four full layers, "
+        "max_model_len at the window.",
+        gemma2(4),
+        max_model_len=512,
+        extra_args=(*SCHED_ARGS, "--disable-sliding-window"),
+    ),
     # --- refusals --------------------------------------------------------------------------------------------
     Case(
         "llama-gqa-maxlen-over-derived-refused",
         "Case llama-gqa (max_position_embeddings 8192) with --max-model-len 16384.",
         llama(),
         max_model_len=16384,
+        expect_refusal=True,
+    ),
+    Case(
+        "mistral-no-sliding-maxlen-refused",
+        "Mistral, sliding_window 2048, --disable-sliding-window and --max-model-len 4096: above the capped length.",
+        mistral_sliding(2048),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--disable-sliding-window"),
+        expect_refusal=True,
+    ),
+    Case(
+        "cohere2-no-sliding-refused",
+        "Cohere 2, 4 layers (3 sliding : 1 full), --disable-sliding-window: its attention adds 1 to the removed window.",
+        cohere2(4, 256),
+        max_model_len=256,
+        extra_args=(*SCHED_ARGS, "--disable-sliding-window"),
         expect_refusal=True,
     ),
     Case(
