@@ -263,6 +263,13 @@ def plan(
     kv_offloading_backend: Annotated[str | None, typer.Option(help="native or lmcache")] = None,
     data_parallel_size: Annotated[int | None, typer.Option("--data-parallel-size", "-dp")] = None,
     enable_expert_parallel: Annotated[bool, typer.Option("--enable-expert-parallel")] = False,
+    no_flashinfer_sampler: Annotated[
+        bool,
+        typer.Option(
+            "--no-flashinfer-sampler",
+            help="FlashInfer not installed or VLLM_USE_FLASHINFER_SAMPLER=0 (V1 0.8 – 0.11 then sorts the vocabulary)",
+        ),
+    ] = False,
     shared_prefix_tokens: Annotated[
         int | None, typer.Option(help="prompt tokens every request shares (prefix caching)")
     ] = None,
@@ -302,6 +309,8 @@ def plan(
             limit_mm_per_prompt=json_object_value("--limit-mm-per-prompt", limit_mm_per_prompt),
             mm_processor_kwargs=json_object_value("--mm-processor-kwargs", mm_processor_kwargs),
         )
+        if no_flashinfer_sampler:
+            features["flashinfer_sampler"] = False
     except FlagError as exc:
         raise _fail(str(exc)) from None
     options = PlanOptions(

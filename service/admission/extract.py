@@ -646,6 +646,10 @@ def _serving_from_container(
         )
         data_parallel = 1
     allow_long = env.values.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in _TRUE
+    # vllm/envs.py: VLLM_USE_FLASHINFER_SAMPLER is bool(int(value)) when set; the V1 sampler uses FlashInfer
+    # unless it is False (``TopKTopPSampler``, vllm/v1/sample/ops/topk_topp_sampler.py, 0.8 – 0.11).
+    if env.values.get("VLLM_USE_FLASHINFER_SAMPLER", "").strip() == "0":
+        flags.values["flashinfer_sampler"] = False
     partition = _layer_partition(env.values.get("VLLM_PP_LAYER_PARTITION"), flags.problems)
     if partition is not None:
         flags.values["pipeline_layer_partition"] = partition

@@ -67,6 +67,7 @@ FEATURE_FIELDS = (
     "shared_prefix_tokens",
     "limit_mm_per_prompt",
     "mm_processor_kwargs",
+    "flashinfer_sampler",
 )
 # The per-stage pipeline lists: catalog names to resolve and lists to check, left to the schemas like the features.
 PIPELINE_LIST_FIELDS = ("pipeline_layer_partition", "pipeline_stage_gpus")
@@ -143,6 +144,7 @@ class PlainSettings:
     shared_prefix_tokens: None = None
     limit_mm_per_prompt: None = None
     mm_processor_kwargs: None = None
+    flashinfer_sampler: None = None
     pipeline_layer_partition: None = None
     pipeline_stage_gpus: None = None
 

@@ -37,6 +37,7 @@ _FEATURE_FIELDS = (
     "limit_mm_per_prompt",
     "mm_processor_kwargs",
 )
+# ``flashinfer_sampler``: only ``false`` asks for something (the default is FlashInfer installed).
 
 
 def _features_off(settings: PlanSettings | PlainSettings) -> bool:
@@ -46,6 +47,7 @@ def _features_off(settings: PlanSettings | PlainSettings) -> bool:
         and not settings.enable_lora
         and not settings.enable_expert_parallel
         and (settings.data_parallel_size or 1) == 1
+        and settings.flashinfer_sampler is not False
     )
 
 
@@ -124,6 +126,7 @@ def serving_features(
         enable_expert_parallel=bool(settings.enable_expert_parallel),
         shared_prefix_tokens=settings.shared_prefix_tokens or 0,
         multimodal=_multimodal(settings),
+        flashinfer_sampler=settings.flashinfer_sampler is not False,
     )
 
 

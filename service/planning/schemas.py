@@ -179,6 +179,11 @@ class PlanSettings(Schema):
     mm_processor_kwargs: dict[str, Any] | None = Field(
         default=None, description="passed to the HF processor; max_pixels sizes Qwen-VL images"
     )
+    flashinfer_sampler: bool | None = Field(
+        default=None,
+        description="FlashInfer installed and VLLM_USE_FLASHINFER_SAMPLER not 0 (default true, as in the "
+        "vllm/vllm-openai images); false: the V1 sampler of 0.8 – 0.11 sorts the vocabulary at start-up",
+    )
 
     @model_validator(mode="after")
     def _lora_flags_need_enable_lora(self) -> PlanSettings:

@@ -237,6 +237,13 @@ def test_allow_long_max_model_len_env_is_noticed() -> None:
     assert only(extract(deployment(args=["m"], env=env))).allow_long_max_model_len
 
 
+@pytest.mark.parametrize(("value", "expected"), [("0", {"flashinfer_sampler": False}), ("1", {}), (None, {})])
+def test_the_flashinfer_sampler_env_is_read(value: str | None, expected: dict[str, bool]) -> None:
+    env = [{"name": "VLLM_USE_FLASHINFER_SAMPLER", "value": value}] if value is not None else None
+    flags = only(extract(deployment(args=["m"], env=env))).flags
+    assert {k: v for k, v in flags.items() if k == "flashinfer_sampler"} == expected
+
+
 @pytest.mark.parametrize(
     ("image", "engine"),
     [

@@ -83,6 +83,21 @@ async def test_disable_sliding_window_serves_full_attention_up_to_the_window(
     assert "sliding_window=4096.0" in error["text"]
 
 
+async def test_without_the_flashinfer_sampler_the_profile_sorts_the_vocabulary(
+    client: httpx.AsyncClient,
+) -> None:
+    # vLLM 0.10's V1 sampler falls back to PyTorch's top-k/top-p without FlashInfer: the dummy sampler run then
+    # also holds the sort's workspaces, 24 B per logit of max_num_seqs × vocab (Qwen2.5-7B: 152,064).
+    body = {"model": "qwen2.5-7b", "gpu": "a100-sxm4-80gb", "engine": "vllm-0.10"}
+    installed = (await client.post("/v1/plans", json=body)).json()
+    native = (await client.post("/v1/plans", json={**body, "flashinfer_sampler": False})).json()
+    rows = installed["settings"]["max_num_seqs"]
+    assert (
+        native["memory"]["activation_bytes"] - installed["memory"]["activation_bytes"] == rows * 152_064 * 24
+    )
+    assert native["kv_cache"]["num_gpu_blocks"] < installed["kv_cache"]["num_gpu_blocks"]
+
+
 async def test_exact_budget_gives_exact_blocks(client: httpx.AsyncClient) -> None:
     body = {
         "model": "llama-3.1-8b",
