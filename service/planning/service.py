@@ -28,6 +28,7 @@ from service.core.planner import (
     plan,
 )
 from service.core.planner.results import FeaturesResult, SharedResults
+from service.core.records import quick_init
 from service.core.specs import GpuSpec, ModelSpec
 from service.errors import Unprocessable
 from service.planning.calibration import (
@@ -219,6 +220,7 @@ def shared_terms_json(shared: SharedResults) -> bytes:
     return known[1]
 
 
+@quick_init
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Uncalibrated:
     """``CalibrationOut(applied=False, key=key)`` as a plain record, for ``PLAN_JSON`` (the same fields in the
@@ -231,7 +233,8 @@ class Uncalibrated:
     key: str
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@quick_init
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _Planned:
     result: CapacityPlan
     model: Subject

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 
 from service.core.overheads import DEFAULT_COEFFICIENTS, OverheadCoefficients
 from service.core.planner.features import ServingFeatures
+from service.core.records import from_values, quick_init
 from service.core.specs import GpuSpec, ModelSpec
 
 DEVICES = ("cuda", "rocm", "cpu")
@@ -18,6 +19,7 @@ MAMBA_CACHE_DTYPES = (
 )  # --mamba-cache-dtype / --mamba-ssm-cache-dtype
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanRequest:
     """Everything ``vllm serve`` is told that decides memory; ``None`` takes the release's default."""
@@ -70,19 +72,19 @@ class PlanRequest:
 def with_changes(request: PlanRequest, **changes: object) -> PlanRequest:
     """``dataclasses.replace`` for ``PlanRequest`` without re-running ``__init__`` (sweeps make thousands).
 
-    ``PlanRequest`` has no ``__post_init__``, so filling a new instance's slots directly gives the same value
-    several times faster than ``replace`` or ``copy.copy`` (both go through the dataclass machinery): one
-    C-level read of every field, then one write per slot.
+    ``PlanRequest`` has no ``__post_init__``, so an instance built from every field's value (the request's,
+    or the change's) is the value ``replace`` gives, several times faster: one C-level read of every field,
+    then ``records.from_values``.
     """
     if not changes.keys() <= _PLAN_REQUEST_FIELD_SET:
         raise TypeError(f"PlanRequest has no field(s) {sorted(set(changes) - _PLAN_REQUEST_FIELD_SET)}")
-    clone = object.__new__(PlanRequest)
-    for name, value in zip(_PLAN_REQUEST_FIELDS, _read_fields(request), strict=True):
-        _set(clone, name, changes.get(name, value))
-    return clone
+    get = changes.get
+    return from_values(
+        PlanRequest,
+        [get(name, value) for name, value in zip(_PLAN_REQUEST_FIELDS, _read_fields(request), strict=True)],
+    )
 
 
 _PLAN_REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PlanRequest))
 _PLAN_REQUEST_FIELD_SET: frozenset[str] = frozenset(_PLAN_REQUEST_FIELDS)
 _read_fields = operator.attrgetter(*_PLAN_REQUEST_FIELDS)
-_set = object.__setattr__

@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 
 from service.core.errors import InvalidSpec
 from service.core.kv_cache import KvLayout, blocks_per_request
+from service.core.records import quick_init
 from service.core.units import GIB
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResolvedSettings:
     engine: str
@@ -33,6 +35,7 @@ class ResolvedSettings:
     pipeline_stage_gpus: tuple[str, ...] | None = None  # each stage's GPU, by name, when they differ
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KvCacheResult:
     bytes_per_token: int  # summed over the rank's layers (the seed's "KV bytes per token")
@@ -54,6 +57,7 @@ class KvCacheResult:
     num_gpu_blocks_high: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryResult:
     """Per GPU (the most constrained pipeline stage)."""
@@ -70,6 +74,7 @@ class MemoryResult:
     kv_cache_bytes_high: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     level: str  # error | warning | info
@@ -77,6 +82,7 @@ class Message:
     text: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Suggestion:
     setting: str
@@ -84,6 +90,7 @@ class Suggestion:
     text: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Term:
     name: str
@@ -92,6 +99,7 @@ class Term:
     unit: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageResult:
     stage: int
@@ -101,6 +109,7 @@ class StageResult:
     num_gpu_blocks: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Projections:
     """Why the cache exists: K/V projections per layer with and without reuse (seed article)."""
@@ -112,6 +121,7 @@ class Projections:
     ratio: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FeaturesResult:
     """What the serving features change (``service.core.planner.features``); per GPU unless named otherwise."""
@@ -134,6 +144,7 @@ class FeaturesResult:
     effective_max_concurrency: float  # with the declared shared prefix (= max_concurrency without one)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class SharedResults:
     """What every plan of one configuration without serving features holds, as the very same objects (computed
@@ -145,6 +156,7 @@ class SharedResults:
     terms: tuple[Term, ...]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityPlan:
     settings: ResolvedSettings
