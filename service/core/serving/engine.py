@@ -75,7 +75,7 @@ class EngineTrace:
         )
 
 
-def stretch_seconds(k: int, *, a: float, b: float, cpu: float, overlap: bool) -> float:
+def stretch_seconds(k: int, a: float, b: float, cpu: float, overlap: bool) -> float:
     """Σ_{j<k} step_j with step_j = a + b·j (+ cpu), or max(a + b·j, cpu) when CPU work overlaps the GPU."""
     if k <= 0:
         return 0.0
@@ -91,9 +91,44 @@ def stretch_seconds(k: int, *, a: float, b: float, cpu: float, overlap: bool) ->
     return j0 * cpu + rest * a + b * (k * (k - 1) - j0 * (j0 - 1)) / 2
 
 
-def _step_at(j: int, *, a: float, b: float, cpu: float, overlap: bool) -> float:
-    gpu = a + b * j
-    return max(gpu, cpu) if overlap else gpu + cpu
+def _first_steps_reaching(
+    target: float, k: int, duration: float, a: float, b: float, cpu: float, overlap: bool
+) -> tuple[int, float]:
+    """The fewest steps m ≤ ``k`` whose ``stretch_seconds`` reaches ``target``, and that sum, given that the
+    ``k`` steps' sum ``duration`` exceeds it.
+
+    ``stretch_seconds`` never decreases with the step count, in floating point too (a, b, cpu ≥ 0: each of its
+    terms is a product or sum of non-decreasing non-negative values, and rounding keeps order), so any
+    bisection of [1, k] finds the same m. This one first tries the steps where the sum's continuous form meets
+    ``target`` (a quadratic in m) and the step before: when the estimate is right, two sums instead of about
+    log2(k)."""
+    # Below the CPU floor a step takes cpu (overlap) or a + cpu; above it a + b·j (+ cpu): the estimate takes
+    # the quadratic of the GPU part and, when the CPU floor binds, the smaller of it and target / cpu.
+    c = a if overlap else a + cpu
+    if b > 0:
+        half = c - b / 2
+        estimate = (math.sqrt(half * half + 2 * b * target) - half) / b
+    else:
+        estimate = target / c if c > 0 else float(k)
+    if overlap and cpu > a and cpu > 0:
+        estimate = min(estimate, target / cpu)
+    guess = math.ceil(estimate) if estimate < k else k
+    lo, hi = 1, k
+    for probe in (guess, guess - 1):
+        if lo <= probe < hi:
+            value = stretch_seconds(probe, a, b, cpu, overlap)
+            if value >= target:
+                hi, duration = probe, value
+            else:
+                lo = probe + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        value = stretch_seconds(mid, a, b, cpu, overlap)
+        if value >= target:
+            hi, duration = mid, value
+        else:
+            lo = mid + 1
+    return lo, duration
 
 
 class _Gate:
@@ -165,16 +200,20 @@ class Engine:
         # answer is the answer (``step_parts``: shared by the simulations of one replica).
         self._parts = {} if step_parts is None else step_parts
         self._cpu: dict[int, float] = {}  # CPU seconds of a step by its number of requests
+        # A decode-only step's terms by its number of requests n: the kept (n, n, 0, 0) GPU terms and the CPU
+        # seconds of n requests (the same values, one lookup).
+        self._decode_terms: dict[int, tuple[float, float, float]] = {}
         self._per_windowed = step_model.seconds_per_windowed_token()
         self._overlap = step_model.async_scheduling
         # The decode cohort (see the module docstring): running requests advanced together without a visit
         # each. Only for the V1 scheduler over full-attention layouts with stretches on; otherwise never used.
         cfg = scheduler.config
+        self._simple = cfg.demand.is_simple
         self._cohort_on = (
             use_cohort
             and use_stretches
             and not cfg.prefill_first
-            and cfg.demand.is_simple
+            and self._simple
             and not cfg.attention_window
         )
         self._formed = True  # the cohort's bookkeeping below describes the running list
@@ -224,9 +263,11 @@ class Engine:
         """The client has its last token. Under async scheduling the scheduler had already given the request
         its next step (output placeholders, ``Scheduler.schedule`` 0.15+): it holds its slot and blocks for one
         more step, whose token is discarded."""
-        request.finish_seconds = self.clock
-        self.gate.release(self.clock)
-        if self.model.async_scheduling:
+        clock = request.finish_seconds = self.clock
+        gate = self.gate
+        if not gate.unlimited:
+            gate.release(clock)
+        if self._overlap:  # (async scheduling)
             request.lagging = True
             self.scheduler.num_lagging += 1
         else:
@@ -248,6 +289,11 @@ class Engine:
         if parts is None:
             parts = self._parts[key] = self.model.gpu_seconds_parts_of(tokens, requests, pairs, prefill_kv)
         return parts
+
+    def _decode_terms_of(self, requests: int) -> tuple[float, float, float]:
+        fixed, per_context = self._gpu_parts(requests, requests, 0.0, 0)
+        terms = self._decode_terms[requests] = (fixed, per_context, self._cpu_seconds(requests))
+        return terms
 
     def _cpu_seconds(self, requests: int) -> float:
         cpu = self._cpu.get(requests)
@@ -275,15 +321,16 @@ class Engine:
     def run(self) -> EngineTrace:
         s = self.scheduler
         pending, transit = self.pending, self.transit
+        running, waiting = s.running, s.waiting  # (the scheduler's own list and queue, never replaced)
+        use_stretches, cohort_on = self.use_stretches, self._cohort_on
         while True:
-            if (pending and pending[0].arrival_seconds <= self.clock) or (
-                transit and transit[0][0] <= self.clock
-            ):
+            clock = self.clock
+            if (pending and pending[0].arrival_seconds <= clock) or (transit and transit[0][0] <= clock):
                 self._send_due()  # (nothing is due otherwise: the same as calling it)
-            if not s.running and not s.waiting:
-                if not self.pending and not self.transit:
+            if not running and not waiting:
+                if not pending and not transit:
                     break
-                self.clock = max(self.clock, self._next_send_seconds())
+                self.clock = max(clock, self._next_send_seconds())
                 continue
             self.num_iterations += 1
             if self.num_iterations > self.max_iterations:
@@ -292,14 +339,14 @@ class Engine:
                     "use fewer prompts or shorter requests",
                     field="benchmark.num_prompts",
                 )
-            if self.use_stretches and self._try_stretch():
+            if use_stretches and self._try_stretch():
                 continue
-            if self._formed and self._cohort_on and self._cohort_step():
+            if cohort_on and self._formed and self._cohort_step():
                 continue
             if self._formed and self._members:
                 self._dissolve()
             self._single_step()
-            if self._cohort_on:
+            if cohort_on:
                 self._form()
         return EngineTrace(
             requests=tuple(self.requests),
@@ -358,13 +405,7 @@ class Engine:
                 finished.append(request)
         sampled = itl_count = len(decoding) - len(released)
         self._sample_scheduled(
-            scheduled,
-            clock=clock,
-            previous_end=previous_end,
-            seconds=seconds,
-            released=released,
-            finished=finished,
-            counts=(sampled, itl_count, itl_sum, regular),
+            scheduled, clock, previous_end, seconds, released, finished, sampled, itl_count, itl_sum, regular
         )
         for request in finished:
             self._finish(request)
@@ -373,20 +414,22 @@ class Engine:
     def _sample_scheduled(
         self,
         scheduled: list[tuple[SimRequest, int]],
-        *,
         clock: float,
         previous_end: float,
         seconds: float,
         released: list[SimRequest],
         finished: list[SimRequest],
-        counts: tuple[int, int, float, int],
+        sampled: int,
+        itl_count: int,
+        itl_sum: float,
+        regular: int,
     ) -> None:
         """The end of a step for the requests scheduled after the leading decodes (one stage of both step
         kinds): each computes its tokens, a finished prompt samples its next token, and the step's sample,
-        inter-token and finish counts — started at ``counts`` (sampled, ITL count, sum of the irregular gaps,
-        regular gaps) from the leading decodes, summed on in the same order — are recorded. Lagging requests join
-        ``released`` and leave the scheduler; finished ones are appended to ``finished``."""
-        sampled, itl_count, itl_sum, regular = counts
+        inter-token and finish counts — started at ``sampled``, ``itl_count``, ``itl_sum`` (of the irregular
+        gaps) and ``regular`` (gaps) from the leading decodes, summed on in the same order — are recorded.
+        Lagging requests join ``released`` and leave the scheduler; finished ones are appended to
+        ``finished``."""
         irregular = self.itl_samples
         for request, new in scheduled:
             if request.lagging:
@@ -512,7 +555,7 @@ class Engine:
             )
         return grown
 
-    def _advance_cohort(self, k: int, clock: float, *, blocks_taken: bool = False) -> None:
+    def _advance_cohort(self, k: int, clock: float, blocks_taken: bool = False) -> None:
         """The members decode ``k`` more tokens, the last at ``clock``: the blocks they start come from the
         pool (unless ``blocks_taken``: the step took them already), and those whose output is complete
         finish."""
@@ -571,17 +614,14 @@ class Engine:
         if context is None:
             return False
         scheduled: list[tuple[SimRequest, int]] = []
-        preempted, budget, tokens, decode_context, pairs, prefill_kv, _ = s.schedule_rest(
-            lead,
-            scheduled,
-            cfg.max_num_batched_tokens - lead,
-            lead,
-            context + self._member_context + members * self._advance,
-            0.0,
-            0,
-            0,
-        )
-        self.num_preemptions += preempted
+        budget = cfg.max_num_batched_tokens - lead
+        tokens, decode_context = lead, context + self._member_context + members * self._advance
+        pairs, prefill_kv, preempted = 0.0, 0, 0
+        if lead < count:  # (with nobody after the leading decodes the scheduler's loop gives nothing out)
+            preempted, budget, tokens, decode_context, pairs, prefill_kv, _ = s.schedule_rest(
+                lead, scheduled, budget, tokens, decode_context, pairs, prefill_kv, 0
+            )
+            self.num_preemptions += preempted
         from_tail = len(scheduled)
         if preempted == 0 and s.waiting:
             tokens, pairs, prefill_kv = s.admit_waiting(scheduled, budget, tokens, pairs, prefill_kv)
@@ -589,28 +629,34 @@ class Engine:
         if not requests:
             self._drop_unservable_head()
             return True
-        self._record(tokens)
-        seconds = self._step_seconds(tokens, requests, decode_context, pairs, prefill_kv, 0)
+        # ``_record`` and ``_step_seconds`` (no windowed layers in a cohort), inline.
+        running_now = len(running)
+        if running_now > self.peak_running:
+            self.peak_running = running_now
         previous_end = self.clock
+        if self.keep_records:
+            self.records.append(
+                (previous_end, running_now, len(s.waiting), cfg.num_free_blocks - s.free_blocks, tokens)
+            )
+        parts = self._parts.get((tokens, requests, pairs, prefill_kv))
+        fixed, per_context = (
+            parts if parts is not None else self._gpu_parts(tokens, requests, pairs, prefill_kv)
+        )
+        gpu = fixed + per_context * decode_context
+        cpu = self._cpu.get(requests)
+        if cpu is None:
+            cpu = self._cpu_seconds(requests)
+        seconds = (cpu if cpu > gpu else gpu) if self._overlap else gpu + cpu  # max(gpu, cpu) under overlap
         clock = self.clock = previous_end + seconds
         self.num_steps += 1
         # Every member's last token came at the end of the previous step: each gap is a regular one.
-        itl_sum = 0.0
-        regular = members
-        sampled = itl_count = members
         finished: list[SimRequest] = []
         released = list(leading)
         self._sample_scheduled(
-            scheduled,
-            clock=clock,
-            previous_end=previous_end,
-            seconds=seconds,
-            released=released,
-            finished=finished,
-            counts=(sampled, itl_count, itl_sum, regular),
+            scheduled, clock, previous_end, seconds, released, finished, members, members, 0.0, members
         )
         self._outsiders = []
-        self._advance_cohort(1, clock, blocks_taken=True)
+        self._advance_cohort(1, clock, True)
         for request in finished:
             self._finish(request)
         if preempted:
@@ -652,7 +698,14 @@ class Engine:
     def _keep_or_join(self, request: SimRequest, outsiders: list[SimRequest]) -> None:
         """After a step: a running request that decodes in step with the cohort joins it; one that still
         runs (lagging ones included) stays among ``outsiders``; one that finished and left is dropped."""
-        if self._joinable(request):
+        if (  # ``_joinable``, inline
+            request.generated > 0
+            and request.computed == request.num_tokens - 1
+            and not request.lagging
+            and not request.shared_prefix_tokens
+            and request.generated < request.output_tokens
+            and request.last_token_seconds == self.clock
+        ):
             self._join(request)
         elif request.finish_seconds < 0 or request.lagging:
             outsiders.append(request)
@@ -689,26 +742,34 @@ class Engine:
         if s.num_lagging:
             return self._try_lag_step()  # (a lagging request takes its extra step, one at a time)
         arrival_limit = math.inf
+        clock = self.clock
         if s.waiting:
             if not s.admission_blocked(n):
                 return False
         elif n < cfg.max_num_seqs:
-            arrival_limit = self._next_send_seconds()
-            if arrival_limit <= self.clock:
+            # ``_next_send_seconds``, inline.
+            transit, pending = self.transit, self.pending
+            if transit:
+                arrival_limit = transit[0][0]
+            if pending and self.gate.has_slot():
+                first = pending[0].arrival_seconds
+                if first < arrival_limit:
+                    arrival_limit = first
+            if arrival_limit <= clock:
                 return False
         k = 1 << 62
         context = 0
         window = cfg.attention_window
         windowed = 0  # Σ min(context, window) of the sliding-window layers
         below_window = 0  # requests whose context is still inside the window: their windowed read grows
-        cohort = (
-            bool(self._members) and self._formed and not self._outsiders and self._cohort_last == self.clock
-        )
+        members = self._members
+        cohort = bool(members) and self._formed and not self._outsiders and self._cohort_last == clock
         if cohort:
             # Every running request is a member: each decodes, none lags; the nearest finish is the heap's.
-            k = self._finish_heap[0][0] - self._advance
-            context = self._member_context + self._members * self._advance
-        elif self._formed and self._members:
+            advance = self._advance
+            k = self._finish_heap[0][0] - advance
+            context = self._member_context + members * advance
+        elif self._formed and members:
             self._dissolve()
         # Newly admitted requests sit at the end: check from there, the usual reason to fail.
         if cohort:
@@ -741,35 +802,35 @@ class Engine:
                     windowed += window
         if k < 2:
             return False
-        k = self._block_limited_steps(k, cohort=cohort)
-        if k < 2:
-            return False
-        fixed, per_context = self._gpu_parts(n, n, 0.0, 0)
+        demand = cfg.demand
+        if not self._simple or demand.full_groups * n * ((k - 1) // demand.block_size + 1) > s.free_blocks:
+            # (Each request needs at most one block per group every block_size steps: when even that many
+            # fit, all k steps do; otherwise ``_block_limited_steps`` counts them.)
+            k = self._block_limited_steps(k, cohort=cohort)
+            if k < 2:
+                return False
+        terms = self._decode_terms.get(n)
+        fixed, per_context, cpu = terms if terms is not None else self._decode_terms_of(n)
         a = fixed + per_context * context
         b = per_context * n
         if window:
             per_windowed = self._per_windowed
             a += per_windowed * windowed
             b += per_windowed * below_window
-        cpu = self._cpu_seconds(n)
         overlap = self._overlap
+        duration = stretch_seconds(k, a, b, cpu, overlap)
         if arrival_limit < math.inf:
             # Stop after the step during which the next request reaches the engine.
-            target = arrival_limit - self.clock
-            if stretch_seconds(k, a=a, b=b, cpu=cpu, overlap=overlap) > target:
-                lo, hi = 1, k
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if stretch_seconds(mid, a=a, b=b, cpu=cpu, overlap=overlap) >= target:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                k = lo
-        self._record(float(n))
-        duration = stretch_seconds(k, a=a, b=b, cpu=cpu, overlap=overlap)
-        start = self.clock
-        self._stretch_figures(n, k, start=start, duration=duration, a=a, b=b, cpu=cpu)
-        clock = self.clock = start + duration
+            target = arrival_limit - clock
+            if duration > target:
+                k, duration = _first_steps_reaching(target, k, duration, a, b, cpu, overlap)
+        # ``_record``, inline.
+        if n > self.peak_running:
+            self.peak_running = n
+        if self.keep_records:
+            self.records.append((clock, n, len(s.waiting), cfg.num_free_blocks - s.free_blocks, float(n)))
+        self._stretch_figures(n, k, clock, duration, a, b, cpu)
+        clock = self.clock = clock + duration
         if cohort:
             self._advance_cohort(k, clock)
             return True
@@ -779,7 +840,7 @@ class Engine:
         return True
 
     def _stretch_figures(
-        self, n: int, k: int, *, start: float, duration: float, a: float, b: float, cpu: float
+        self, n: int, k: int, start: float, duration: float, a: float, b: float, cpu: float
     ) -> None:
         """The client's and the engine's counters for ``k`` decode steps of ``n`` requests from ``start``."""
         overlap = self._overlap
@@ -794,15 +855,21 @@ class Engine:
         self.num_steps_with_output += k
         self.itl_count += k * n
         self.itl_sum += duration * n
-        samples = self.itl_samples
+        # Each sampled step's time: a + b·j, then max(·, cpu) when CPU work overlaps, else + cpu.
         if k <= ITL_SAMPLES_PER_STRETCH:
-            for j in range(k):
-                samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), float(n)))
+            weight = float(n)
+            steps: range | list[int] = range(k)
         else:
             weight = n * k / ITL_SAMPLES_PER_STRETCH
-            for m in range(ITL_SAMPLES_PER_STRETCH):
-                j = int((m + 0.5) * k / ITL_SAMPLES_PER_STRETCH)
-                samples.append((_step_at(j, a=a, b=b, cpu=cpu, overlap=overlap), weight))
+            steps = [int((m + 0.5) * k / ITL_SAMPLES_PER_STRETCH) for m in range(ITL_SAMPLES_PER_STRETCH)]
+        append = self.itl_samples.append
+        if overlap:
+            for j in steps:
+                gpu = a + b * j
+                append((cpu if cpu > gpu else gpu, weight))
+        else:
+            for j in steps:
+                append((a + b * j + cpu, weight))
 
     def _advance_running(self, k: int, clock: float) -> None:
         """Every running request (none in the cohort) decodes ``k`` more tokens, the last at ``clock``; the
@@ -852,11 +919,18 @@ class Engine:
         context = self._take_lagging_blocks(lagging)
         if context is None:
             return False
-        self._record(n)
-        seconds = self._step_seconds(
-            n, n, context + self._member_context + members * self._advance, 0.0, 0, 0
-        )
+        # ``_record`` and ``_step_seconds`` of this decode-only step, inline.
+        if n > self.peak_running:
+            self.peak_running = n
         previous_end = self.clock
+        if self.keep_records:
+            self.records.append(
+                (previous_end, n, len(s.waiting), s.config.num_free_blocks - s.free_blocks, n)
+            )
+        terms = self._decode_terms.get(n)
+        fixed, per_context, cpu = terms if terms is not None else self._decode_terms_of(n)
+        gpu = fixed + per_context * (context + self._member_context + members * self._advance)
+        seconds = (cpu if cpu > gpu else gpu) if self._overlap else gpu + cpu  # max(gpu, cpu) under overlap
         clock = self.clock = previous_end + seconds
         self.num_steps += 1
         if members:  # each member's gap is a regular one; the lagging ones sample nothing
@@ -868,7 +942,7 @@ class Engine:
         for request in lagging:
             s.finish(request)
         self._outsiders = []
-        self._advance_cohort(1, clock, blocks_taken=True)
+        self._advance_cohort(1, clock, True)
         return True
 
     def _block_limited_steps(self, k: int, *, cohort: bool = False) -> int:

@@ -97,7 +97,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
@@ -238,6 +238,45 @@ class StepTimeModel:
     weight_only_gemm: bool = False  # 4/8-bit weights with 16-bit activations (Marlin-style kernels)
     expert_parallel_ranks: int = 1  # R of expert parallelism (1: experts sharded by TP, no imbalance)
     expert_parallel_token_scale: int = 1  # DP ranks whose batches meet in each MoE layer (tokens × this)
+    # The step-independent factors of ``gpu_seconds_parts_of``, each computed once here by the expression it
+    # stands for there (so every step's terms are the same numbers): derived, not inputs.
+    _bandwidth: float = field(init=False, repr=False, compare=False)
+    _moe: bool = field(init=False, repr=False, compare=False)
+    _dense_memory_seconds: float = field(init=False, repr=False, compare=False)  # dense models' weights
+    _dense_linear_flops_per_token: float = field(init=False, repr=False, compare=False)
+    _gemm_half_tokens: float = field(init=False, repr=False, compare=False)
+    _attention_flops_per_second: float = field(init=False, repr=False, compare=False)
+    _kernel_floor_seconds: float = field(init=False, repr=False, compare=False)
+    _per_context_token_seconds: float = field(init=False, repr=False, compare=False)
+    _dispatch: tuple[float, float, float, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        c = self.coefficients
+        bandwidth = self.bandwidth_bytes_per_second * c.bandwidth_efficiency
+        half = c.gemm_half_tokens
+        if self.weight_only_gemm:
+            half *= MARLIN_TILE_ROWS / DENSE_TILE_ROWS
+        derived = {
+            "_bandwidth": bandwidth,
+            "_moe": self.model.is_moe,
+            "_dense_memory_seconds": float(self.weight_bytes) / bandwidth,
+            "_dense_linear_flops_per_token": self.linear_flops_per_token - self.expert_flops_per_token,
+            "_gemm_half_tokens": half,
+            "_attention_flops_per_second": self.peak_flops_per_second * c.attention_efficiency,
+            "_kernel_floor_seconds": self.kernels_per_stage * c.kernel_floor_seconds,
+            "_per_context_token_seconds": self.pipeline_parallel_size
+            * (self.kv_bytes_per_token - self.windowed_kv_bytes_per_token)
+            / bandwidth
+            * c.time_scale,
+            # dispatch_seconds_of by (above the capture size, decode only): all it depends on.
+            "_dispatch": tuple(
+                self._dispatch_of(above_capture=above, decode_only=decode)
+                for above in (False, True)
+                for decode in (False, True)
+            ),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     @classmethod
     def build(
@@ -367,9 +406,7 @@ class StepTimeModel:
     def _gemm_efficiency(self, rows: float, *, experts: bool = False) -> float:
         """η_gemm(T) = η_compute · T / (T + T½); dense weight-only quantised GEMMs: T½ · 16 / 128."""
         c = self.coefficients
-        half = c.gemm_half_tokens
-        if self.weight_only_gemm and not experts:
-            half *= MARLIN_TILE_ROWS / DENSE_TILE_ROWS
+        half = c.gemm_half_tokens if experts else self._gemm_half_tokens
         return c.compute_efficiency * rows / (rows + half)
 
     def gpu_seconds_parts(self, load: StepLoad) -> tuple[float, float]:
@@ -391,13 +428,14 @@ class StepTimeModel:
         """
         c = self.coefficients
         tokens = max(1, num_tokens)
-        bandwidth = self.bandwidth_bytes_per_second * c.bandwidth_efficiency
-        memory = self.weight_bytes_touched(tokens) / bandwidth
+        bandwidth = self._bandwidth
+        memory = self.weight_bytes_touched(tokens) / bandwidth if self._moe else self._dense_memory_seconds
         peak = self.peak_flops_per_second
         dense_flops = (
-            self.linear_flops_per_token - self.expert_flops_per_token
-        ) * tokens + self.lm_head_flops_per_request * num_requests
-        compute = dense_flops / (peak * self._gemm_efficiency(tokens))
+            self._dense_linear_flops_per_token * tokens + self.lm_head_flops_per_request * num_requests
+        )
+        # ``_gemm_efficiency(tokens)``, inline.
+        compute = dense_flops / (peak * (c.compute_efficiency * tokens / (tokens + self._gemm_half_tokens)))
         if self.expert_flops_per_token:
             # Each touched expert multiplies only the rows routed to it: T·k / experts touched.
             model = self.model
@@ -415,12 +453,10 @@ class StepTimeModel:
         linear = max(memory, compute)
         attention = (
             prefill_kv_tokens * self.kv_bytes_per_token / bandwidth
-            + prefill_attention_pairs
-            * self.attention_flops_per_pair
-            / (self.peak_flops_per_second * c.attention_efficiency)
+            + prefill_attention_pairs * self.attention_flops_per_pair / self._attention_flops_per_second
         )
         comm = self.allreduce_fixed_seconds + self.allreduce_seconds_per_token * tokens
-        kernels = linear + attention + comm + self.kernels_per_stage * c.kernel_floor_seconds
+        kernels = linear + attention + comm + self._kernel_floor_seconds
         pp = self.pipeline_parallel_size
         logits = 0.0
         if self.logits_gather_seconds_per_request:
@@ -429,12 +465,11 @@ class StepTimeModel:
             stage = kernels + self.layers_per_stage * EAGER_LAUNCH_SECONDS_PER_LAYER
             last = stage + logits
         else:
-            dispatch = self.dispatch_seconds_of(num_tokens, decode_only=prefill_kv_tokens == 0)
+            dispatch = self._dispatch[2 * (num_tokens > self.cudagraph_max_batch) + (prefill_kv_tokens == 0)]
             stage = max(kernels, dispatch)
             last = max(kernels + logits, dispatch)  # the last stage also gathers the logits
         fixed = (pp - 1) * stage + last + (pp - 1) * PIPELINE_HANDOFF_SECONDS
-        per_context_token = pp * (self.kv_bytes_per_token - self.windowed_kv_bytes_per_token) / bandwidth
-        return fixed * c.time_scale, per_context_token * c.time_scale
+        return fixed * c.time_scale, self._per_context_token_seconds
 
     def dispatch_seconds(self, load: StepLoad) -> float:
         """Host time to issue one stage's forward (see the module docstring's ``dispatch``).
@@ -446,8 +481,10 @@ class StepTimeModel:
 
     def dispatch_seconds_of(self, num_tokens: int, *, decode_only: bool) -> float:
         """``dispatch_seconds`` from the step's token count and whether it holds only decodes."""
+        return self._dispatch[2 * (num_tokens > self.cudagraph_max_batch) + decode_only]
+
+    def _dispatch_of(self, *, above_capture: bool, decode_only: bool) -> float:
         d = self.coefficients.layer_dispatch_seconds
-        above_capture = num_tokens > self.cudagraph_max_batch
         v0 = not self.piecewise_cudagraphs
         if self.enforce_eager or (v0 and (above_capture or not decode_only)):
             # Plain PyTorch eager: every kernel is one Python launch, d / 3 each (d covers 3 launches).

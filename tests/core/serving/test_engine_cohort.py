@@ -164,3 +164,45 @@ def test_blocks_started_counts_each_members_block_starts(block_size: int) -> Non
             engine._by_offset[(context - advance) % block_size] += 1
         expected = sum(1 for c in contexts for j in range(k) if (c + j) % block_size == 0)
         assert engine._blocks_started(k) == expected
+
+
+def test_first_steps_reaching_is_the_bisection_of_every_step_count() -> None:
+    """``_first_steps_reaching`` (a guess from the stretch's quadratic, then bisection) against the plain
+    bisection of [1, k] it replaces and against a scan of every m: the same step count and the same sum, with
+    or without CPU overlap, with the CPU floor binding or not, for targets between the sums of two steps and
+    on them exactly."""
+    import random
+
+    from service.core.serving.engine import _first_steps_reaching, stretch_seconds
+
+    def bisection(target: float, k: int, a: float, b: float, cpu: float, overlap: bool) -> int:
+        lo, hi = 1, k
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if stretch_seconds(mid, a, b, cpu, overlap) >= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(3000):
+        a = rng.choice([rng.uniform(1e-4, 0.05), rng.uniform(1e-6, 1e-3)])
+        b = rng.choice([0.0, rng.uniform(0.0, 1e-4), rng.uniform(0.0, 1e-6)])
+        cpu = rng.choice([0.0, 0.0011, rng.uniform(0.0, 0.01)])
+        overlap = rng.random() < 0.5
+        k = rng.randrange(2, 400)
+        total = stretch_seconds(k, a, b, cpu, overlap)
+        m = rng.randrange(1, k + 1)
+        target = rng.choice(
+            [stretch_seconds(m, a, b, cpu, overlap), rng.uniform(0.0, total), math.nextafter(total, 0.0)]
+        )
+        if not 0 < target < total:
+            continue
+        found, duration = _first_steps_reaching(target, k, total, a, b, cpu, overlap)
+        assert found == bisection(target, k, a, b, cpu, overlap)
+        assert found == next(j for j in range(1, k + 1) if stretch_seconds(j, a, b, cpu, overlap) >= target)
+        assert duration == stretch_seconds(found, a, b, cpu, overlap)
+        checked += 1
+    assert checked > 2000
