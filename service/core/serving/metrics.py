@@ -22,7 +22,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 RESULT_PERCENTILE = 99.0
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
@@ -162,7 +162,7 @@ def _stats(values_seconds: Sequence[float]) -> tuple[float, float, float, float]
     )
 
 
-def _peak_concurrency(outcomes: Sequence[RequestOutcome]) -> int:
+def _peak_concurrency(outcomes: Sequence[CompletedRequest]) -> int:
     events = [(o.send_seconds, 1) for o in outcomes] + [(o.finish_seconds, -1) for o in outcomes]
     events.sort()  # departures (-1) before arrivals (+1) at equal times: half-open intervals
     current = peak = 0
@@ -174,7 +174,7 @@ def _peak_concurrency(outcomes: Sequence[RequestOutcome]) -> int:
 
 
 def _peak_tokens_per_second(
-    outcomes: Sequence[RequestOutcome], token_times: Sequence[tuple[float, float]], start: float
+    outcomes: Sequence[CompletedRequest], token_times: Sequence[tuple[float, float]], start: float
 ) -> float:
     """Output tokens per one-second bucket from the first send (``token_times``: (time, tokens) pairs)."""
     if not outcomes:
@@ -207,9 +207,29 @@ def _location_stats(values_seconds: Sequence[float]) -> tuple[float, float, floa
     return mean(ms), _percentile_of_sorted(ordered, 50.0), _percentile_of_sorted(ordered, RESULT_PERCENTILE)
 
 
+class CompletedRequest(Protocol):
+    """What ``latency_summary_of`` and ``metrics_of`` read of a request that got every token (a ``RequestOutcome`` with
+    ``success``, or the engine's own request state)."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def send_seconds(self) -> float: ...
+    @property
+    def first_token_seconds(self) -> float: ...
+    @property
+    def finish_seconds(self) -> float: ...
+
+
 def latency_summary(outcomes: Sequence[RequestOutcome]) -> LatencySummary:
     """``calculate_metrics``' TTFT and TPOT mean, median and p99, without the rest of the result."""
-    ok = [o for o in outcomes if o.success]
+    return latency_summary_of([o for o in outcomes if o.success])
+
+
+def latency_summary_of(ok: Sequence[CompletedRequest]) -> LatencySummary:
+    """``latency_summary`` of the successful requests alone, in their order (no outcome built per request)."""
     ttft = _location_stats([o.first_token_seconds - o.send_seconds for o in ok])
     tpot = _location_stats(
         [
@@ -235,7 +255,29 @@ def calculate_metrics(
     itl_sum_seconds: float,
     token_times: Sequence[tuple[float, float]] = (),
 ) -> BenchmarkResult:
-    ok = [o for o in outcomes if o.success]
+    return metrics_of(
+        [o for o in outcomes if o.success],
+        failed=sum(1 for o in outcomes if not o.success),
+        duration_seconds=duration_seconds,
+        itl_samples=itl_samples,
+        itl_count=itl_count,
+        itl_sum_seconds=itl_sum_seconds,
+        token_times=token_times,
+    )
+
+
+def metrics_of(
+    ok: Sequence[CompletedRequest],
+    *,
+    failed: int,
+    duration_seconds: float,
+    itl_samples: Sequence[tuple[float, float]],
+    itl_count: int,
+    itl_sum_seconds: float,
+    token_times: Sequence[tuple[float, float]] = (),
+) -> BenchmarkResult:
+    """``calculate_metrics`` from the successful requests alone, in their order, and the count of the others
+    (no outcome built per request)."""
     ttfts = [o.first_token_seconds - o.send_seconds for o in ok]
     e2els = [o.finish_seconds - o.send_seconds for o in ok]
     tpots = [
@@ -254,7 +296,7 @@ def calculate_metrics(
     return BenchmarkResult(
         duration=duration_seconds,
         completed=len(ok),
-        failed=len(outcomes) - len(ok),
+        failed=failed,
         total_input_tokens=total_in,
         total_output_tokens=total_out,
         request_throughput=request_throughput(len(ok), duration_seconds),

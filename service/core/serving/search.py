@@ -39,7 +39,6 @@ from service.core.serving.datasets import BenchmarkSpec
 from service.core.serving.metrics import (
     BenchmarkResult,
     LatencySummary,
-    latency_summary,
     request_throughput,
 )
 from service.core.serving.simulate import (
@@ -128,7 +127,7 @@ def max_rate_within_slo(
         return run_benchmark(spec, replica=replica, keep_records=timeline)
 
     def margin(trial: EngineRun) -> float:
-        return slo.margin(latency_summary(trial.outcomes()))
+        return slo.margin(trial.latency_summary())
 
     # Only the run the search returns is summarized in full; the others are read for one figure each.
     saturated = run(float("inf"))

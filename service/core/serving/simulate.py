@@ -27,7 +27,13 @@ from service.core.planner import plan as make_plan
 from service.core.serving.arrivals import arrival_offsets_seconds
 from service.core.serving.datasets import BenchmarkSpec, RequestLengths, sample_requests
 from service.core.serving.engine import Engine, EngineTrace, RecordRow
-from service.core.serving.metrics import BenchmarkResult, RequestOutcome, calculate_metrics
+from service.core.serving.metrics import (
+    BenchmarkResult,
+    LatencySummary,
+    RequestOutcome,
+    latency_summary_of,
+    metrics_of,
+)
 from service.core.serving.scheduler import BlockDemand, Scheduler, SchedulerConfig, SimRequest
 from service.core.serving.step_time import DEFAULT_STEP_COEFFICIENTS, StepCoefficients, StepTimeModel
 from service.core.specs import LayerType
@@ -316,7 +322,7 @@ class EngineRun:
     """Stages 1–5 of one simulation, before any figure is computed: what ``summarize`` turns into a
     ``SimulationResult`` (``simulate`` is the two in a row). A caller that needs only a few figures of a run —
     a rate search reading its throughput or its SLO latencies — reads them from here (``duration_seconds``,
-    ``metrics.request_throughput_of``, ``metrics.latency_summary``) and summarizes only the run it keeps."""
+    ``metrics.request_throughput``, ``latency_summary``) and summarizes only the run it keeps."""
 
     replica: Replica
     benchmark: BenchmarkSpec
@@ -337,6 +343,11 @@ class EngineRun:
     def outcomes(self) -> tuple[RequestOutcome, ...]:
         """Every request as the client saw it (``metrics.calculate_metrics``' input)."""
         return _outcomes(self.trace)
+
+    def latency_summary(self) -> LatencySummary:
+        """``metrics.latency_summary(self.outcomes())``, read from the requests themselves (a request
+        succeeded when it finished: ``finish_seconds`` ≥ 0, as ``_outcomes`` sets ``success``)."""
+        return latency_summary_of([r for r in self.trace.requests if r.finish_seconds >= 0])
 
 
 def run_benchmark(
@@ -386,8 +397,10 @@ def summarize(run: EngineRun, *, timeline: bool = True) -> SimulationResult:
     replica, trace = run.replica, run.trace
     plan, settings = replica.plan, replica.plan.settings
     duration = run.duration_seconds
-    result = calculate_metrics(
-        run.outcomes(),
+    completed = [r for r in trace.requests if r.finish_seconds >= 0]  # ``outcomes()``' successes, in order
+    result = metrics_of(
+        completed,
+        failed=len(trace.requests) - len(completed),
         duration_seconds=duration,
         itl_samples=trace.itl_samples,
         itl_count=trace.itl_count,

@@ -449,3 +449,36 @@ def test_closed_form_stretches_match_step_by_step_with_a_request_latency(spec: B
         assert math.isclose(getattr(fast.result, key), getattr(slow.result, key), rel_tol=1e-9), key
     without = simulate(request, spec, coefficients=COEFFS)
     assert fast.result.mean_ttft_ms > without.result.mean_ttft_ms
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=60, request_rate=8.0, seed=2),
+        BenchmarkSpec(
+            dataset_name="explicit", num_prompts=4, requests=((1000, 100), (100, 10), (900, 200), (50, 1))
+        ),
+    ],
+)
+def test_a_runs_figures_read_from_its_requests_are_those_of_its_outcomes(spec: BenchmarkSpec) -> None:
+    """``summarize`` and ``EngineRun.latency_summary`` read the engine's requests directly; the figures are
+    ``calculate_metrics`` and ``latency_summary`` of the run's outcomes, failed requests included."""
+    from service.core.serving.metrics import calculate_metrics, latency_summary
+    from service.core.serving.simulate import run_benchmark, summarize
+
+    replica = prepare_replica(_request(max_model_len=1024), coefficients=COEFFS)
+    run = run_benchmark(spec, replica=replica)
+    outcomes = run.outcomes()
+    trace = run.trace
+    expected = calculate_metrics(
+        outcomes,
+        duration_seconds=run.duration_seconds,
+        itl_samples=trace.itl_samples,
+        itl_count=trace.itl_count,
+        itl_sum_seconds=trace.itl_sum_seconds,
+        token_times=trace.output_events,
+    )
+    assert summarize(run).result == expected
+    assert run.latency_summary() == latency_summary(outcomes)
+    if spec.dataset_name == "explicit":
+        assert expected.failed == 2 and expected.completed == 2
