@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import _CacheInfo, lru_cache
 
 from service.core.bounds import check_sweep_size
 from service.core.dtypes import MODEL_DTYPE_BYTES
@@ -44,6 +44,7 @@ from service.core.serving import (
     SloTarget,
     max_rate_within_slo,
 )
+from service.core.serving.search import SharedSearches
 from service.core.specs import GpuSpec
 from service.core.throughput import decode_step_seconds, max_batch_within_tpot, prefill_seconds
 from service.core.units import fmt_int
@@ -393,8 +394,12 @@ def _slo_text(workload: Workload) -> str:
     return f"{workload.slo_percentile} " + " and ".join(parts) if parts else "no SLO (saturated throughput)"
 
 
-@lru_cache(maxsize=4096)  # above a catalog-wide sweep's options (26 GPUs × 24 ≈ 620), so a repeat hits
-def _rate_search(
+_SHARED_SEARCHES = SharedSearches()
+"""Searches by their replica's simulation inputs, under ``_rate_search``'s cache (which is by request): options
+planned from different requests that simulate alike (two GPUs with the same figures) share one search."""
+
+
+def _searched(
     request: PlanRequest,
     slo: SloTarget,
     prompt_tokens: int,
@@ -417,11 +422,42 @@ def _rate_search(
         num_prompts=num_prompts,
         coefficients=coefficients,
         timeline=False,  # kept small; the peak of running requests comes with the result
+        shared=_SHARED_SEARCHES,
     )
     sim = found.at_rate
     if sim is None:
         return found, found.simulations, 0
     return found, found.simulations, sim.peak_running
+
+
+class _RateSearchCache:
+    """``_searched`` cached by its arguments (an ``lru_cache`` above a catalog-wide sweep's options, 26 GPUs
+    × 24 ≈ 620, so a repeat hits); ``cache_clear`` empties the shared searches beneath it too, so that after
+    it every search simulates again."""
+
+    def __init__(self) -> None:
+        self._cached = lru_cache(maxsize=4096)(_searched)
+
+    def __call__(
+        self,
+        request: PlanRequest,
+        slo: SloTarget,
+        prompt_tokens: int,
+        output_tokens: int,
+        num_prompts: int,
+        time_scale: float = 1.0,
+    ) -> tuple[RateSearchResult, int, int]:
+        return self._cached(request, slo, prompt_tokens, output_tokens, num_prompts, time_scale)
+
+    def cache_info(self) -> _CacheInfo:
+        return self._cached.cache_info()
+
+    def cache_clear(self) -> None:
+        self._cached.cache_clear()
+        _SHARED_SEARCHES.clear()
+
+
+_rate_search = _RateSearchCache()
 
 
 def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Search) -> _Simulated:

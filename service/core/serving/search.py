@@ -30,7 +30,8 @@ lengths and the same arrival pattern scaled in time (vLLM rescales the gamma off
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest
@@ -43,7 +44,9 @@ from service.core.serving.metrics import (
 )
 from service.core.serving.simulate import (
     EngineRun,
+    Replica,
     SimulationResult,
+    for_replica,
     prepare_replica,
     run_benchmark,
     summarize,
@@ -105,17 +108,19 @@ def max_rate_within_slo(
     plan: CapacityPlan | None = None,
     coefficients: StepCoefficients | None = None,
     timeline: bool = True,
+    shared: SharedSearches | None = None,
 ) -> RateSearchResult:
     """Bracket + bisection on the Poisson request rate (see module docstring); ``timeline=False``: the
-    simulations keep no timeline (``simulate(..., timeline=False)``)."""
+    simulations keep no timeline (``simulate(..., timeline=False)``). ``shared``: searches already run for
+    replicas with the same simulation inputs (``SharedSearches``); a search found there runs no simulation."""
     if prompt_tokens < 1:
         raise InvalidSpec("must be ≥ 1", field="prompt_tokens")
     if output_tokens < 1:
         raise InvalidSpec("must be ≥ 1", field="output_tokens")
     replica = prepare_replica(request, plan=plan or make_plan(request), coefficients=coefficients)
 
-    def run(rate: float) -> EngineRun:
-        spec = BenchmarkSpec(
+    def spec_at(rate: float) -> BenchmarkSpec:
+        return BenchmarkSpec(
             dataset_name="random",
             num_prompts=num_prompts,
             request_rate=rate,
@@ -124,7 +129,51 @@ def max_rate_within_slo(
             seed=seed,
             ready_check_timeout_sec=0,  # served traffic has no benchmark client priming the prefix cache
         )
-        return run_benchmark(spec, replica=replica, keep_records=timeline)
+
+    if shared is None:
+        return _search(replica, slo, spec_at, timeline=timeline)
+    key = (replica.simulation_inputs, slo, prompt_tokens, output_tokens, num_prompts, seed, timeline)
+    found = shared.get(key)
+    if found is None:
+        found = shared.put(key, _search(replica, slo, spec_at, timeline=timeline))
+    elif found.at_rate is not None:
+        # The same runs; the summary of the kept one against this replica's plan.
+        found = replace(found, at_rate=for_replica(found.at_rate, replica, spec_at(found.max_request_rate)))
+    return found
+
+
+class SharedSearches:
+    """Rate searches by the simulation inputs of their replica (``Replica.simulation_inputs``) and the
+    search's own arguments: replicas planned from different requests (two GPUs with the same figures, say)
+    that run every benchmark alike share one search. At most ``maxsize`` are kept, the oldest dropped first."""
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        self.maxsize = maxsize
+        self._found: dict[tuple[object, ...], RateSearchResult] = {}
+
+    def get(self, key: tuple[object, ...]) -> RateSearchResult | None:
+        return self._found.get(key)
+
+    def put(self, key: tuple[object, ...], found: RateSearchResult) -> RateSearchResult:
+        if len(self._found) >= self.maxsize:
+            del self._found[next(iter(self._found))]
+        self._found[key] = found
+        return found
+
+    def clear(self) -> None:
+        self._found.clear()
+
+    def __len__(self) -> int:
+        return len(self._found)
+
+
+def _search(
+    replica: Replica, slo: SloTarget, spec_at: Callable[[float], BenchmarkSpec], *, timeline: bool
+) -> RateSearchResult:
+    """``max_rate_within_slo``'s search against a prepared replica (``spec_at``: the benchmark at a rate)."""
+
+    def run(rate: float) -> EngineRun:
+        return run_benchmark(spec_at(rate), replica=replica, keep_records=timeline)
 
     def margin(trial: EngineRun) -> float:
         return slo.margin(trial.latency_summary())

@@ -18,7 +18,7 @@ the KV bytes per token. A plan that does not fit is refused: vLLM would not star
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
@@ -235,6 +235,13 @@ class Replica:
     gpu_peer_to_peer: bool = True  # False: the TP GPUs have no P2P path (``simulate``'s docstring)
     engine_version: tuple[int, ...] | None = None  # the release (its benchmark client's defaults)
 
+    @property
+    def simulation_inputs(self) -> tuple[object, ...]:
+        """Everything of this replica a run of a benchmark depends on (``run_benchmark``: the scheduler's
+        configuration, the step-time model, the release's client defaults): two replicas with equal inputs
+        run every benchmark alike, and their summaries differ only in what ``for_replica`` redoes."""
+        return (self.scheduler_config, self.step_model, self.engine_version, self.gpu_peer_to_peer)
+
 
 def client_primes_first_prompt(benchmark: BenchmarkSpec, engine_version: tuple[int, ...] | None) -> bool:
     """Whether the benchmark client sends the first request's prompt before the timed run — the readiness
@@ -437,6 +444,27 @@ def summarize(run: EngineRun, *, timeline: bool = True) -> SimulationResult:
         prefix_cache_hit_tokens=run.prefix_cache_hit_tokens,
         peak_running=trace.peak_running,
         num_steps_with_output=trace.num_steps_with_output,
+    )
+
+
+def for_replica(result: SimulationResult, replica: Replica, benchmark: BenchmarkSpec) -> SimulationResult:
+    """``summarize`` of ``benchmark`` run against ``replica``, from ``result``, the summary of the same
+    benchmark run against a replica with the same ``simulation_inputs``: the engine runs alike, so only the
+    plan and the assumptions drawn from it are this replica's (the messages and the timeline read the plan's
+    max_model_len and usable blocks, which the scheduler's configuration holds)."""
+    primed = not replica.scheduler_config.prefill_first and client_primes_first_prompt(
+        benchmark, replica.engine_version
+    )
+    return replace(
+        result,
+        plan=replica.plan,
+        assumptions=_assumptions(
+            replica.plan,
+            benchmark,
+            replica.coefficients,
+            gpu_peer_to_peer=replica.gpu_peer_to_peer,
+            primed=primed,
+        ),
     )
 
 

@@ -482,3 +482,64 @@ def test_a_runs_figures_read_from_its_requests_are_those_of_its_outcomes(spec: B
     assert run.latency_summary() == latency_summary(outcomes)
     if spec.dataset_name == "explicit":
         assert expected.failed == 2 and expected.completed == 2
+
+
+def test_replicas_that_simulate_alike_share_one_rate_search() -> None:
+    """Two replicas planned differently — profiled, and with the profiled block count given as an override —
+    have the same simulation inputs: ``for_replica`` gives the other's summary exactly, and a search shared
+    through ``SharedSearches`` runs no simulation for the second and returns what its own search returns."""
+    from dataclasses import replace
+
+    from service.core.serving import search as search_module
+    from service.core.serving.simulate import for_replica, run_benchmark, summarize
+
+    first = _request()
+    second = replace(first, num_gpu_blocks_override=plan(first).kv_cache.num_gpu_blocks)
+    replica, other = prepare_replica(first, coefficients=COEFFS), prepare_replica(second, coefficients=COEFFS)
+    assert replica.simulation_inputs == other.simulation_inputs and replica.plan != other.plan
+    spec = BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=60, request_rate=8.0)
+    alike = for_replica(summarize(run_benchmark(spec, replica=replica)), other, spec)
+    assert alike == summarize(run_benchmark(spec, replica=other))
+    assert alike.plan == other.plan
+
+    runs = 0
+    real = search_module.run_benchmark
+
+    def counted(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        nonlocal runs
+        runs += 1
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    slo = search_module.SloTarget(tpot_seconds=0.05)
+    shared = search_module.SharedSearches()
+    search_module.run_benchmark = counted  # type: ignore[assignment]
+    try:
+        kept = search_module.max_rate_within_slo(
+            first,
+            slo,
+            prompt_tokens=300,
+            output_tokens=60,
+            num_prompts=40,
+            coefficients=COEFFS,
+            shared=shared,
+        )
+        ran = runs
+        found = search_module.max_rate_within_slo(
+            second,
+            slo,
+            prompt_tokens=300,
+            output_tokens=60,
+            num_prompts=40,
+            coefficients=COEFFS,
+            shared=shared,
+        )
+        assert runs == ran and len(shared) == 1
+    finally:
+        search_module.run_benchmark = real  # type: ignore[assignment]
+    assert found.at_rate is not None and found.at_rate.plan == other.plan
+    assert found == search_module.max_rate_within_slo(
+        second, slo, prompt_tokens=300, output_tokens=60, num_prompts=40, coefficients=COEFFS
+    )
+    assert kept == search_module.max_rate_within_slo(
+        first, slo, prompt_tokens=300, output_tokens=60, num_prompts=40, coefficients=COEFFS
+    )
