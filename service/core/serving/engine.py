@@ -610,9 +610,17 @@ class Engine:
                 return False  # a member after a request in prefill: not a leading decode
         if lead > cfg.max_num_batched_tokens:
             return False
-        context = self._take_lagging_blocks(leading)
-        if context is None:
-            return False
+        if leading:
+            context = self._take_lagging_blocks(leading)
+            if context is None:
+                return False
+        else:  # ``_take_lagging_blocks([])``, inline: the members starting a block take one per group each
+            demand = cfg.demand
+            starting = self._by_offset[(-self._advance) % demand.block_size] if members else 0
+            if demand.full_groups * starting > s.free_blocks:
+                return False
+            s.free_blocks -= demand.full_groups * starting
+            context = 0
         scheduled: list[tuple[SimRequest, int]] = []
         budget = cfg.max_num_batched_tokens - lead
         tokens, decode_context = lead, context + self._member_context + members * self._advance
@@ -843,33 +851,35 @@ class Engine:
         self, n: int, k: int, start: float, duration: float, a: float, b: float, cpu: float
     ) -> None:
         """The client's and the engine's counters for ``k`` decode steps of ``n`` requests from ``start``."""
-        overlap = self._overlap
         # Output tokens over time feed vLLM's one-second buckets (max_output_tokens_per_s): a few points per
-        # second of the stretch are enough.
-        events = min(ITL_SAMPLES_PER_STRETCH, max(1, math.ceil(2 * duration)))
-        output_events = self.output_events
-        tokens_per_event = n * k / events
-        for m in range(events):
-            output_events.append((start + duration * (m + 0.5) / events, tokens_per_event))
+        # second of the stretch are enough (one for a stretch of half a second or less: ceil(2·duration) ≤ 1).
+        if duration <= 0.5:
+            self.output_events.append((start + duration * 0.5, n * k / 1))
+        else:
+            events = min(ITL_SAMPLES_PER_STRETCH, math.ceil(2 * duration))
+            tokens_per_event = n * k / events
+            self.output_events.extend(
+                [(start + duration * (m + 0.5) / events, tokens_per_event) for m in range(events)]
+            )
         self.num_steps += k
         self.num_steps_with_output += k
         self.itl_count += k * n
         self.itl_sum += duration * n
-        # Each sampled step's time: a + b·j, then max(·, cpu) when CPU work overlaps, else + cpu.
+        # Each sampled step's time: a + b·j, then max(·, cpu) when CPU work overlaps, else + cpu. Beyond
+        # ITL_SAMPLES_PER_STRETCH (8) steps, step int((m + 0.5)·k / 8) for each m < 8, which is (2m + 1)·k // 16
+        # (every product there is exact in floating point).
         if k <= ITL_SAMPLES_PER_STRETCH:
             weight = float(n)
             steps: range | list[int] = range(k)
         else:
             weight = n * k / ITL_SAMPLES_PER_STRETCH
-            steps = [int((m + 0.5) * k / ITL_SAMPLES_PER_STRETCH) for m in range(ITL_SAMPLES_PER_STRETCH)]
-        append = self.itl_samples.append
-        if overlap:
-            for j in steps:
-                gpu = a + b * j
-                append((cpu if cpu > gpu else gpu, weight))
+            steps = [(odd * k) >> 4 for odd in (1, 3, 5, 7, 9, 11, 13, 15)]
+        if not self._overlap:
+            self.itl_samples.extend([(a + b * j + cpu, weight) for j in steps])
+        elif a >= cpu:  # (b ≥ 0: every step's GPU time is at least a, so at least cpu)
+            self.itl_samples.extend([(a + b * j, weight) for j in steps])
         else:
-            for j in steps:
-                append((a + b * j + cpu, weight))
+            self.itl_samples.extend([(cpu if cpu > (gpu := a + b * j) else gpu, weight) for j in steps])
 
     def _advance_running(self, k: int, clock: float) -> None:
         """Every running request (none in the cohort) decodes ``k`` more tokens, the last at ``clock``; the

@@ -525,7 +525,13 @@ class Scheduler:
             else 0
         )
         tokens = min(head.num_tokens, cfg.max_model_len) if cfg.reserve_full_sequence else new
-        lower = cfg.demand.blocks(max(new, tokens)) - cfg.demand.full_groups * best_hit_blocks
+        demand = cfg.demand
+        if tokens < new:
+            tokens = new
+        if demand.is_simple and tokens > 0:  # ``demand.blocks(tokens)`` of a full-attention layout, inline
+            lower = demand.full_groups * (-(tokens // -demand.block_size) - best_hit_blocks)
+        else:
+            lower = demand.blocks(tokens) - demand.full_groups * best_hit_blocks
         return lower - head.own_blocks > self.free_blocks
 
     def finish(self, request: SimRequest) -> None:
