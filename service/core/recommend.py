@@ -172,8 +172,15 @@ def _context_length(request: PlanRequest, workload: Workload) -> tuple[int, str 
     return max_len, f"max_model_len {fmt_int(max_len)} covers p95 prompt + output ({fmt_int(context)} tokens)"
 
 
-def _evaluate(request: PlanRequest, workload: Workload, reasons: list[str], search: Search) -> Option:
-    """``evaluate`` for a request already at its max_model_len, in verdict-only mode."""
+def _evaluate(
+    request: PlanRequest,
+    workload: Workload,
+    reasons: list[str],
+    search: Search,
+    planned: CapacityPlan | None = None,
+) -> Option:
+    """``evaluate`` for a request already at its max_model_len, in verdict-only mode; ``planned``: the plan
+    of ``request`` when the caller has it already (a sweep's roofline pass planned every option)."""
     model, gpu = request.model, request.gpu
     assert gpu is not None and request.max_model_len is not None
     context = workload.context_tokens
@@ -188,7 +195,7 @@ def _evaluate(request: PlanRequest, workload: Workload, reasons: list[str], sear
         "max_model_len": max_len,
     }
     try:
-        result = plan(request)
+        result = planned if planned is not None else plan(request)
     except InvalidSpec as exc:
         return _rejected(base, "does not fit", [str(exc)], default_mns=0)
     engine_default_mns, _ = batch_defaults(
@@ -830,7 +837,7 @@ def _simulate_every(
     is capped by the roofline's)."""
     by_id = {id(option): index for index, option in enumerate(options)}
     for bound, candidate, reasons in planned:
-        options[by_id[id(bound)]] = _evaluate(candidate, workload, list(reasons), SWEEP_SEARCH)
+        options[by_id[id(bound)]] = _evaluate(candidate, workload, list(reasons), SWEEP_SEARCH, bound.plan)
     return options
 
 
@@ -854,7 +861,7 @@ def _simulate_cheapest(
     for bound, candidate, reasons in ordered[:SWEEP_MAX_SIMULATED]:
         if cost(bound) >= best:
             break
-        simulated = _evaluate(candidate, workload, list(reasons), SWEEP_SEARCH)
+        simulated = _evaluate(candidate, workload, list(reasons), SWEEP_SEARCH, bound.plan)
         options[by_id[id(bound)]] = simulated
         if simulated.feasible:
             best = min(best, cost(simulated))
