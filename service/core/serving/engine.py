@@ -706,14 +706,7 @@ class Engine:
     def _keep_or_join(self, request: SimRequest, outsiders: list[SimRequest]) -> None:
         """After a step: a running request that decodes in step with the cohort joins it; one that still
         runs (lagging ones included) stays among ``outsiders``; one that finished and left is dropped."""
-        if (  # ``_joinable``, inline
-            request.generated > 0
-            and request.computed == request.num_tokens - 1
-            and not request.lagging
-            and not request.shared_prefix_tokens
-            and request.generated < request.output_tokens
-            and request.last_token_seconds == self.clock
-        ):
+        if self._joinable(request):
             self._join(request)
         elif request.finish_seconds < 0 or request.lagging:
             outsiders.append(request)
