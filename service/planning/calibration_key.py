@@ -26,9 +26,17 @@ class Subject(Protocol):
     def source(self) -> str: ...
 
 
-# Settings that are ``None`` in every plan without them: left out of the key then, so the keys of the
+# Settings added after keys were first stored, keyed only when they differ from the value every plan before
+# them had (``None`` for the stage lists, ``False`` for ``disable_sliding_window``), so the keys of the
 # configurations observed before they existed stay what they were.
-_KEYED_WHEN_SET = ("pipeline_layer_partition", "pipeline_stage_gpus")
+_KEYED_WHEN_SET: dict[str, object] = {
+    "pipeline_layer_partition": None,
+    "pipeline_stage_gpus": None,
+    "disable_sliding_window": False,
+}
+# Settings that never change what a calibration corrects (the KV pool's size): prefix caching decides how
+# blocks are shared and, on hybrids, how many state pages a request holds, not how many blocks there are.
+_NOT_KEYED = frozenset({"enable_prefix_caching"})
 
 
 def configuration(
@@ -37,7 +45,11 @@ def configuration(
     return {
         "model": model.name if model.source == "catalog" else f"inline:{model.name}",
         "gpu": (gpu.name if gpu.source == "catalog" else f"inline:{total_bytes}") if gpu else None,
-        **{k: v for k, v in settings.items() if v is not None or k not in _KEYED_WHEN_SET},
+        **{
+            k: v
+            for k, v in settings.items()
+            if k not in _NOT_KEYED and (k not in _KEYED_WHEN_SET or v != _KEYED_WHEN_SET[k])
+        },
     }
 
 

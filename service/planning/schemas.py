@@ -314,6 +314,8 @@ class SettingsOut(BaseModel):
     enforce_eager: bool
     async_scheduling: bool
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    disable_sliding_window: bool = False
     pipeline_layer_partition: list[int] | None = None
     pipeline_stage_gpus: list[str] | None = None
 

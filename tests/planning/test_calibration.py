@@ -137,3 +137,34 @@ def test_keys_written_from_a_configuration_template_are_the_keys_of_the_response
                 assert seen.setdefault(plan.calibration.key, configured) == configured, body
     assert 0 < len(keys._TEMPLATES) < len(seen)  # templates were made, and shared across lengths
     assert None not in keys._TEMPLATES.values()
+
+
+def test_settings_added_later_keep_the_keys_stored_before_them() -> None:
+    """``enable_prefix_caching`` and ``disable_sliding_window`` are echoed in the settings but keyed as before:
+    a configuration without ``--disable-sliding-window`` keeps the key it had when the field did not exist (the
+    canonical JSON of the fields it had then), and prefix caching, which leaves the pool's size alone, never
+    splits a key; ``--disable-sliding-window`` changes the pool's layout, so it is a different configuration."""
+    import hashlib
+    import json
+
+    catalog = builtin_snapshot()
+    body = {"model": "mistral-7b-v0.1", "gpu": "a100-sxm4-80gb", "max_model_len": 4096, "engine": "vllm-0.33"}
+    plan = make_plan(catalog, PlanRequestBody.model_validate(body))
+    settings = plan.settings.model_dump()
+    assert settings["enable_prefix_caching"] is True and settings["disable_sliding_window"] is False
+    before = {k: v for k, v in settings.items() if k not in ("enable_prefix_caching", "disable_sliding_window")}
+    before = {k: v for k, v in before.items() if v is not None or not k.startswith("pipeline_")}
+    canonical = json.dumps(
+        {"model": "mistral-7b-v0.1", "gpu": "a100-sxm4-80gb", **before}, sort_keys=True, separators=(",", ":")
+    )
+    assert calibration_key(plan) == hashlib.sha256(canonical.encode()).hexdigest()[:32]
+    assert plan.calibration is not None and plan.calibration.key == calibration_key(plan)
+
+    no_prefix = make_plan(catalog, PlanRequestBody.model_validate(body | {"enable_prefix_caching": False}))
+    assert no_prefix.settings.enable_prefix_caching is False
+    assert calibration_key(no_prefix) == calibration_key(plan)
+
+    full = make_plan(catalog, PlanRequestBody.model_validate(body | {"disable_sliding_window": True}))
+    assert full.settings.disable_sliding_window is True
+    assert calibration_key(full) != calibration_key(plan)
+    assert full.calibration is not None and full.calibration.key == calibration_key(full)

@@ -253,6 +253,8 @@ def plan(request: PlanRequest) -> CapacityPlan:
             enforce_eager=settings.enforce_eager,
             async_scheduling=settings.async_scheduling,
             enable_chunked_prefill=settings.enable_chunked_prefill,
+            enable_prefix_caching=settings.enable_prefix_caching,
+            disable_sliding_window=request.disable_sliding_window,
             pipeline_layer_partition=settings.layer_partition,
             pipeline_stage_gpus=tuple(g.name for g in settings.stage_gpus) if settings.stage_gpus else None,
         ),

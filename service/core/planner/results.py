@@ -31,6 +31,8 @@ class ResolvedSettings:
     enforce_eager: bool
     async_scheduling: bool
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True  # as resolved: the release's default (V1 on, V0 off) unless given
+    disable_sliding_window: bool = False  # --disable-sliding-window: sliding layers served as full attention
     pipeline_layer_partition: tuple[int, ...] | None = None  # VLLM_PP_LAYER_PARTITION as given
     pipeline_stage_gpus: tuple[str, ...] | None = None  # each stage's GPU, by name, when they differ
 
