@@ -62,6 +62,10 @@ class BenchmarkSpec:
     # ``simulate.client_primes_first_prompt``). ``--num-warmups`` sends it that many more times.
     ready_check_timeout_sec: int | None = None
     num_warmups: int = 0
+    # Speculative decoding only: vLLM's "Mean acceptance length" of this workload (1 + accepted draft tokens per
+    # draft, ``vllm/v1/spec_decode/metrics.py``), in [1, 1 + num_speculative_tokens]; None: the method's
+    # default (``speculative.DEFAULT_POSITION_ACCEPTANCE``). Ignored for a plan without speculative decoding.
+    spec_mean_acceptance_length: float | None = None
 
     def __post_init__(self) -> None:
         if self.dataset_name not in DATASET_NAMES:
@@ -86,6 +90,11 @@ class BenchmarkSpec:
             raise InvalidSpec("must be ≥ 0", field="benchmark.ready_check_timeout_sec")
         if self.num_warmups < 0:
             raise InvalidSpec("must be ≥ 0", field="benchmark.num_warmups")
+        length = self.spec_mean_acceptance_length
+        if length is not None and not (math.isfinite(length) and length >= 1.0):
+            raise InvalidSpec(
+                "must be ≥ 1 (1 + accepted tokens per draft)", field="benchmark.spec_mean_acceptance_length"
+            )
         if self.dataset_name == "explicit":
             if not self.requests:
                 raise InvalidSpec("explicit datasets need (prompt, output) pairs", field="benchmark.requests")

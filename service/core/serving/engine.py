@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from service.core.errors import InvalidSpec
 from service.core.serving.scheduler import BlockDemand, Scheduler, SimRequest
-from service.core.serving.step_time import StepTimeModel
+from service.core.serving.speculative import SpecDecoding, initial_credit
+from service.core.serving.step_time import DraftCost, StepTimeModel
 
 ITL_SAMPLES_PER_STRETCH = 8
 
@@ -65,6 +66,11 @@ class EngineTrace:
     peak_running: int  # most requests running in any step
     num_iterations: int  # loop iterations (single steps + stretches): the simulator's own work
     num_preemptions: int
+    # Speculative decoding, as vLLM's SpecDecodingStats counts it: verifications with drafts, draft tokens
+    # verified, draft tokens accepted (0 without speculative decoding).
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
 
     @property
     def records(self) -> tuple[StepRecord, ...]:
@@ -169,7 +175,21 @@ class Engine:
         use_cohort: bool = True,
         step_parts: dict[tuple[int, int, float, int], tuple[float, float]] | None = None,
         keep_records: bool = True,
+        spec: SpecDecoding | None = None,
+        draft: DraftCost | None = None,
     ) -> None:
+        # Speculative decoding: every step goes through ``_spec_step`` (requests advance by 1 + accepted
+        # drafts, not one token per step, so neither the closed-form stretches nor the cohort apply).
+        self._spec = spec
+        self._draft = draft
+        self._draft_parts: dict[tuple[int, int, float, int], tuple[float, float]] = {}
+        self.spec_num_drafts = 0
+        self.spec_num_draft_tokens = 0
+        self.spec_num_accepted_tokens = 0
+        if spec is not None:
+            use_stretches = use_cohort = False
+            for request in requests:
+                request.spec_credit = initial_credit(request.index)
         self.use_stretches = (
             use_stretches  # False: one step at a time (the reference the stretches must match)
         )
@@ -323,6 +343,7 @@ class Engine:
         pending, transit = self.pending, self.transit
         running, waiting = s.running, s.waiting  # (the scheduler's own list and queue, never replaced)
         use_stretches, cohort_on = self.use_stretches, self._cohort_on
+        single_step = self._single_step if self._spec is None else self._spec_step
         while True:
             clock = self.clock
             if (pending and pending[0].arrival_seconds <= clock) or (transit and transit[0][0] <= clock):
@@ -345,7 +366,7 @@ class Engine:
                 continue
             if self._formed and self._members:
                 self._dissolve()
-            self._single_step()
+            single_step()
             if cohort_on:
                 self._form()
         return EngineTrace(
@@ -361,6 +382,9 @@ class Engine:
             peak_running=self.peak_running,
             num_iterations=self.num_iterations,
             num_preemptions=self.num_preemptions,
+            spec_num_drafts=self.spec_num_drafts,
+            spec_num_draft_tokens=self.spec_num_draft_tokens,
+            spec_num_accepted_tokens=self.spec_num_accepted_tokens,
         )
 
     def _single_step(self) -> None:
@@ -407,6 +431,108 @@ class Engine:
         self._sample_scheduled(
             scheduled, clock, previous_end, seconds, released, finished, sampled, itl_count, itl_sum, regular
         )
+        for request in finished:
+            self._finish(request)
+
+    def _spec_step(self) -> None:
+        """One step with speculative decoding (``speculative.py``): the scheduler hands each decoding request
+        1 + d tokens (its drafts), the step takes the target's forward over every token — logits at the 1 + d
+        positions of each request — plus the proposer's passes (``DraftCost``), and after it each request
+        that completed its tokens keeps 1 + accepted of them (the rejected drafts rolled back), streams them
+        to the client as one chunk, and takes new drafts into the next step."""
+        s = self.scheduler
+        spec = self._spec
+        assert spec is not None
+        _, scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed = s.schedule_parts()
+        self.num_preemptions += preempted
+        requests = len(scheduled)
+        if not requests:
+            self._drop_unservable_head()
+            return
+        self._record(tokens)
+        key = (tokens, requests + s.scheduled_drafts, pairs, prefill_kv)  # logits at 1 + d positions each
+        target = self._parts.get(key)
+        fixed, per_context = target if target is not None else self._gpu_parts(*key)
+        gpu = fixed + per_context * decode_context
+        if windowed:
+            gpu += self._per_windowed * windowed
+        if self._draft is not None:
+            key = (tokens, requests, pairs, prefill_kv)
+            parts = self._draft_parts.get(key)
+            if parts is None:
+                parts = self._draft_parts[key] = self._draft.seconds_parts_of(
+                    tokens, requests, pairs, prefill_kv
+                )
+            gpu += parts[0] + parts[1] * decode_context
+        cpu = self._cpu_seconds(requests)
+        seconds = max(gpu, cpu) if self._overlap else gpu + cpu
+        previous_end = self.clock
+        clock = self.clock = previous_end + seconds
+        self.num_steps += 1
+        expected = spec.expected_accepted
+        next_drafts = spec.drafts_per_step
+        sampled = itl_count = regular = num_drafts = num_draft_tokens = num_accepted = 0
+        itl_sum = 0.0
+        irregular = self.itl_samples
+        finished: list[SimRequest] = []
+        released: list[SimRequest] = []
+        for request, new in scheduled:
+            if request.lagging:
+                released.append(request)
+                continue
+            num_tokens = request.num_tokens
+            computed = request.computed + new
+            if computed < num_tokens:
+                request.computed = computed  # a prefill chunk that does not finish the prompt samples nothing
+                continue
+            verified = computed - num_tokens
+            accepted = 0
+            if verified:
+                credit = request.spec_credit + expected[verified]
+                accepted = int(credit)
+                request.spec_credit = credit - accepted
+                num_drafts += 1
+                num_draft_tokens += verified
+                num_accepted += accepted
+            # The accepted drafts and one more token; nothing beyond max_tokens (``_update_request_with_output``).
+            emitted = 1 + accepted
+            generated = request.generated
+            first = generated == 0
+            if emitted > request.output_tokens - generated:
+                emitted = request.output_tokens - generated
+            generated += emitted
+            request.generated = generated
+            request.num_tokens = num_tokens + emitted
+            request.computed = num_tokens + emitted - 1  # the rejected drafts rolled back
+            sampled += emitted
+            if first:
+                request.first_token_seconds = clock
+            else:
+                last = request.last_token_seconds
+                itl_count += 1  # one streamed chunk, however many tokens it carries
+                if last == previous_end:
+                    regular += 1
+                else:
+                    itl_sum += clock - last
+                    irregular.append((clock - last, 1.0))
+            request.last_token_seconds = clock
+            if generated >= request.output_tokens:
+                request.spec_tokens = 0
+                finished.append(request)
+            else:
+                request.spec_tokens = next_drafts
+        self.spec_num_drafts += num_drafts
+        self.spec_num_draft_tokens += num_draft_tokens
+        self.spec_num_accepted_tokens += num_accepted
+        self.itl_count += itl_count
+        self.itl_sum += itl_sum + regular * (clock - previous_end)
+        if regular:
+            irregular.append((seconds, float(regular)))
+        if sampled:
+            self.output_events.append((clock, float(sampled)))
+            self.num_steps_with_output += 1
+        for request in released:
+            s.finish(request)
         for request in finished:
             self._finish(request)
 

@@ -67,6 +67,8 @@ class SimRequest:
         "send_seconds",
         "shared_blocks",
         "shared_prefix_tokens",
+        "spec_credit",
+        "spec_tokens",
     )
 
     def __init__(self, index: int, prompt_tokens: int, output_tokens: int, shared_prefix_tokens: int) -> None:
@@ -94,6 +96,10 @@ class SimRequest:
         # client sent the same prompt before the timed run: its readiness probe or warm-ups). Used once, at
         # its first admission.
         self.cached_prompt_tokens = 0
+        # Speculative decoding (``speculative``): draft tokens in hand for the next step (``spec_token_ids``),
+        # and the expected-progress accumulator that decides how many of them are accepted.
+        self.spec_tokens = 0
+        self.spec_credit = 0.0
 
     def add_generated(self, count: int) -> None:
         self.generated += count
@@ -143,6 +149,10 @@ class SchedulerConfig:
     max_model_len: int = 1 << 30
     attention_window: int = 0  # sliding-window layers' window (decode reads min(context, window)); 0: none
     num_free_blocks: int  # usable blocks of the pool (the null block excluded)
+    # Speculative decoding (``_schedule_spec``): running requests schedule their drafts too, and each gets
+    # ``num_lookahead_tokens`` KV slots beyond its scheduled tokens (``allocate_slots``).
+    speculative: bool = False
+    num_lookahead_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,6 +183,7 @@ class Scheduler:
         "num_lagging",
         "prefix_hit_tokens",
         "running",
+        "scheduled_drafts",
         "waiting",
     )
 
@@ -184,6 +195,7 @@ class Scheduler:
         self._shared_cached_blocks = 0  # token-blocks of the shared prefix currently in the cache
         self.prefix_hit_tokens = 0  # prompt tokens served from the prefix cache so far
         self.num_lagging = 0  # running requests already finished (async lag; the engine marks them)
+        self.scheduled_drafts = 0  # draft tokens ``_schedule_spec`` gave out in its last step
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _own_blocks_for(self, request: SimRequest, tokens: int) -> int:
@@ -216,6 +228,7 @@ class Scheduler:
             self.num_lagging -= 1
             return victim  # already finished (async lag): freeing it is all a preemption does
         victim.shared_blocks = 0
+        victim.spec_tokens = 0  # (a resumed request recomputes its tokens; drafts come after it samples)
         victim.computed = 0
         victim.num_preemptions += 1
         self.waiting.appendleft(victim)
@@ -240,6 +253,8 @@ class Scheduler:
         """``schedule`` as a plain tuple (the engine's hot path: no ``ScheduledStep`` per step)."""
         if self.config.prefill_first:
             return self._schedule_v0()
+        if self.config.speculative:
+            return self._schedule_spec()
         cfg = self.config
         budget = cfg.max_num_batched_tokens
         scheduled: list[tuple[SimRequest, int]] = []
@@ -373,6 +388,85 @@ class Scheduler:
             index += 1
 
         return preempted, budget, tokens, decode_context, pairs, prefill_kv, windowed
+
+    def _schedule_spec(self) -> StepParts:
+        """One V1 step with speculative decoding (``speculative.py``'s module docstring; vLLM main after 0.11,
+        ``Scheduler.schedule``): step 1 of the module docstring where each running request asks for
+        ``num_tokens + spec_tokens − computed`` tokens — 1 + its drafts when it decodes — clipped to the budget
+        and to ``max_model_len − 1 − computed``, and needs the blocks of those tokens plus the lookahead slots
+        (``allocate_slots(..., num_lookahead_tokens)``, at most ``max_model_len``); then step 2 unchanged (new
+        requests get no lookahead). A decoding request counts its context once in ``decode_context`` (its
+        attention reads the KV once for its 1 + d queries); its 1 + d tokens count in ``tokens``, its d drafts
+        in ``scheduled_drafts``."""
+        cfg = self.config
+        threshold = cfg.long_prefill_token_threshold
+        window = cfg.attention_window
+        lookahead = cfg.num_lookahead_tokens
+        max_len = cfg.max_model_len
+        demand = cfg.demand
+        simple = demand.is_simple
+        bs = demand.block_size
+        full_groups = demand.full_groups
+        drafts = 0
+        budget = cfg.max_num_batched_tokens
+        scheduled: list[tuple[SimRequest, int]] = []
+        tokens = decode_context = prefill_kv = windowed = preempted = 0
+        pairs = 0.0
+        running = self.running
+        count = len(running)
+        index = 0
+        while index < count and budget > 0:
+            request = running[index]
+            computed = request.computed
+            new = request.num_tokens + request.spec_tokens - computed
+            if 0 < threshold < new:
+                new = threshold
+            if new > budget:
+                new = budget
+            if new > max_len - 1 - computed:
+                new = max_len - 1 - computed
+            if new <= 0:
+                index += 1
+                continue
+            slots = computed + new + lookahead
+            if slots > max_len:
+                slots = max_len
+            if simple:  # ``_own_blocks_for`` of a full-attention layout, inline
+                need = full_groups * (-(-slots // bs) - request.shared_blocks) - request.own_blocks
+            else:
+                need = self._own_blocks_for(request, slots) - request.own_blocks
+            if need > self.free_blocks:
+                scheduled_self = True
+                while need > self.free_blocks:
+                    victim = self._preempt_last()
+                    count -= 1
+                    preempted += 1
+                    if victim is request:
+                        scheduled_self = False
+                        break
+                if not scheduled_self:
+                    break
+            if need > 0:
+                self.free_blocks -= need
+                request.own_blocks += need
+            if request.shared_prefix_tokens and not request.shared_blocks:
+                self._cache_prefix(request, computed + new)
+            scheduled.append((request, new))
+            budget -= new
+            tokens += new
+            if request.generated > 0 and computed == request.num_tokens - 1:
+                drafts += new - 1
+                decode_context += computed
+                if window:
+                    windowed += computed if computed < window else window
+            else:
+                pairs += new * (computed + new / 2)
+                prefill_kv += computed + new
+            index += 1
+        self.scheduled_drafts = drafts
+        if preempted == 0 and self.waiting:
+            tokens, pairs, prefill_kv = self.admit_waiting(scheduled, budget, tokens, pairs, prefill_kv)
+        return [], scheduled, preempted, tokens, decode_context, pairs, prefill_kv, windowed
 
     def admit_waiting(
         self, scheduled: list[tuple[SimRequest, int]], budget: int, tokens: int, pairs: float, prefill_kv: int

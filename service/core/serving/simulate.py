@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, replace
 
+from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
 from service.core.planner import CapacityPlan, PlanRequest
@@ -35,7 +36,14 @@ from service.core.serving.metrics import (
     metrics_of,
 )
 from service.core.serving.scheduler import BlockDemand, Scheduler, SchedulerConfig, SimRequest
-from service.core.serving.step_time import DEFAULT_STEP_COEFFICIENTS, StepCoefficients, StepTimeModel
+from service.core.serving.speculative import LOOKAHEAD_METHODS, SpecDecoding, method_family, spec_decoding_of
+from service.core.serving.step_time import (
+    DEFAULT_STEP_COEFFICIENTS,
+    DraftCost,
+    StepCoefficients,
+    StepTimeModel,
+    draft_cost,
+)
 from service.core.specs import LayerType
 from service.core.units import cdiv
 
@@ -95,6 +103,11 @@ class SimulationResult:
     # Steps in which some request sampled a token: what vLLM's vllm:iteration_tokens_total histogram counts
     # (vllm/v1/engine/async_llm.py::output_handler records iteration stats only for steps with outputs).
     num_steps_with_output: int = 0
+    # Speculative decoding, as vLLM's SpecDecodingStats counts it (0 without it): verifications with drafts,
+    # draft tokens verified and accepted. 1 + accepted / drafts is vLLM's "Mean acceptance length".
+    spec_num_drafts: int = 0
+    spec_num_draft_tokens: int = 0
+    spec_num_accepted_tokens: int = 0
 
 
 def block_demand(plan: CapacityPlan) -> BlockDemand:
@@ -178,6 +191,8 @@ def _assumptions(
     *,
     gpu_peer_to_peer: bool,
     primed: bool = False,
+    spec: SpecDecoding | None = None,
+    draft: DraftCost | None = None,
 ) -> tuple[str, ...]:
     s = plan.settings
     scheduler = (
@@ -211,6 +226,17 @@ def _assumptions(
         lines.append("ShareGPT lengths drawn from a reconstructed length table, not the dataset itself")
     if s.enforce_eager:
         lines.append("eager mode: kernel launch latency paid per layer")
+    if spec is not None:
+        lines.append(spec.assumption())
+        if draft is not None and draft.num_passes:
+            lines.append(
+                f"the proposer adds {draft.num_passes} sequential forward pass(es) of the draft to every step "
+                "(piecewise CUDA graphs), and the target computes logits at 1 + d positions of each request"
+            )
+        elif draft is not None:
+            lines.append(f"the {spec.method} proposer matches on the host: no GPU pass, a few µs per request")
+    elif benchmark.spec_mean_acceptance_length is not None:
+        lines.append("benchmark.spec_mean_acceptance_length ignored: the plan has no speculative decoding")
     if primed:
         lines.append(
             "the client sent the first prompt before the timed run (its readiness probe or --num-warmups): "
@@ -234,13 +260,33 @@ class Replica:
     step_parts: dict[tuple[int, int, float, int], tuple[float, float]]
     gpu_peer_to_peer: bool = True  # False: the TP GPUs have no P2P path (``simulate``'s docstring)
     engine_version: tuple[int, ...] | None = None  # the release (its benchmark client's defaults)
+    # Speculative decoding (``speculative_config``): the method, k and the proposer's cost; None/0 without it.
+    spec_method: str | None = None
+    num_speculative_tokens: int = 0
+    draft: DraftCost | None = None
+
+    def spec_of(self, benchmark: BenchmarkSpec) -> SpecDecoding | None:
+        """The engine's speculative decoding under ``benchmark``'s acceptance (None without it)."""
+        if self.spec_method is None:
+            return None
+        return spec_decoding_of(
+            self.spec_method, self.num_speculative_tokens, benchmark.spec_mean_acceptance_length
+        )
 
     @property
     def simulation_inputs(self) -> tuple[object, ...]:
         """Everything of this replica a run of a benchmark depends on (``run_benchmark``: the scheduler's
         configuration, the step-time model, the release's client defaults): two replicas with equal inputs
         run every benchmark alike, and their summaries differ only in what ``for_replica`` redoes."""
-        return (self.scheduler_config, self.step_model, self.engine_version, self.gpu_peer_to_peer)
+        return (
+            self.scheduler_config,
+            self.step_model,
+            self.engine_version,
+            self.gpu_peer_to_peer,
+            self.spec_method,
+            self.num_speculative_tokens,
+            self.draft,
+        )
 
 
 def client_primes_first_prompt(benchmark: BenchmarkSpec, engine_version: tuple[int, ...] | None) -> bool:
@@ -281,7 +327,16 @@ def prepare_replica(
         coefficients=coefficients,
         gpu_peer_to_peer=gpu_peer_to_peer,
     )
+    spec_method, k, draft = None, 0, None
+    speculative = request.features.speculative if request.features is not None else None
+    if speculative is not None and plan.features is not None and plan.features.num_speculative_tokens > 0:
+        spec_method, k = speculative.method, plan.features.num_speculative_tokens
+        step_model, draft = _speculative_step_models(request, plan, step_model)
     config = SchedulerConfig(
+        speculative=spec_method is not None,
+        num_lookahead_tokens=k
+        if spec_method is not None and method_family(spec_method) in LOOKAHEAD_METHODS
+        else 0,
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         demand=block_demand(plan),
@@ -300,7 +355,50 @@ def prepare_replica(
         scheduler_config=config,
         step_parts={},
         gpu_peer_to_peer=gpu_peer_to_peer,
+        spec_method=spec_method,
+        num_speculative_tokens=k,
+        draft=draft,
     )
+
+
+def _speculative_step_models(
+    request: PlanRequest, plan: CapacityPlan, step_model: StepTimeModel
+) -> tuple[StepTimeModel, DraftCost]:
+    """The target's step-time model without the draft's KV layers, and the proposer's cost (``DraftCost``).
+
+    The plan's KV bytes per token include the draft's attention layers (they share the pool); the target's
+    attention reads only its own, the draft's passes only the draft's: the draft's share is its layers' part of
+    the pool's layers on the last stage (the draft's layers have the target's attention shape for EAGLE heads
+    and MTP layers; for a draft model of another shape the split is an approximation)."""
+    assert (
+        request.features is not None
+        and request.features.speculative is not None
+        and plan.features is not None
+    )
+    speculative = request.features.speculative
+    features = plan.features
+    settings = plan.settings
+    model = request.model
+    tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
+    draft_layers = features.speculative_kv_layers
+    draft_kv = 0
+    if draft_layers:
+        target_layers = sum(1 for kind in model.resolved_layer_types if kind.is_attention) / pp
+        draft_kv = round(plan.kv_cache.bytes_per_token * draft_layers / (target_layers + draft_layers))
+        step_model = replace(step_model, kv_bytes_per_token=plan.kv_cache.bytes_per_token - draft_kv)
+    dtype_bytes = MODEL_DTYPE_BYTES[normalize_model_dtype(settings.dtype)]
+    cost = draft_cost(
+        step_model,
+        method=speculative.method,
+        num_speculative_tokens=features.num_speculative_tokens,
+        draft=speculative.draft,
+        draft_weight_bytes=features.speculative_weights_bytes,
+        draft_kv_bytes_per_token=draft_kv,
+        draft_tensor_parallel_size=speculative.draft_tensor_parallel_size or tp,
+        tensor_parallel_size=tp,
+        lm_head_bytes=model.vocab_size * model.hidden_size * dtype_bytes // tp,
+    )
+    return step_model, cost
 
 
 def _sim_requests(benchmark: BenchmarkSpec, limits: SimulationLimits, *, primed: bool) -> list[SimRequest]:
@@ -336,6 +434,7 @@ class EngineRun:
     trace: EngineTrace
     primed: bool
     prefix_cache_hit_tokens: int
+    spec: SpecDecoding | None = None
 
     @property
     def duration_seconds(self) -> float:
@@ -376,6 +475,7 @@ def run_benchmark(
     primed = not replica.scheduler_config.prefill_first and client_primes_first_prompt(
         benchmark, replica.engine_version
     )
+    spec = replica.spec_of(benchmark)
     sim_requests = _sim_requests(benchmark, limits, primed=primed)
     scheduler = Scheduler(replica.scheduler_config)
     engine = Engine(
@@ -388,6 +488,8 @@ def run_benchmark(
         use_stretches=not step_by_step,
         step_parts=replica.step_parts,
         keep_records=keep_records,
+        spec=spec,
+        draft=replica.draft if spec is not None else None,
     )
     trace = engine.run()
     return EngineRun(
@@ -396,6 +498,7 @@ def run_benchmark(
         trace=trace,
         primed=primed,
         prefix_cache_hit_tokens=scheduler.prefix_hit_tokens,
+        spec=spec,
     )
 
 
@@ -435,6 +538,8 @@ def summarize(run: EngineRun, *, timeline: bool = True) -> SimulationResult:
             replica.coefficients,
             gpu_peer_to_peer=replica.gpu_peer_to_peer,
             primed=run.primed,
+            spec=run.spec,
+            draft=replica.draft,
         ),
         error_band_ratio=ERROR_BAND_RATIO,
         messages=tuple(messages),
@@ -444,6 +549,9 @@ def summarize(run: EngineRun, *, timeline: bool = True) -> SimulationResult:
         prefix_cache_hit_tokens=run.prefix_cache_hit_tokens,
         peak_running=trace.peak_running,
         num_steps_with_output=trace.num_steps_with_output,
+        spec_num_drafts=trace.spec_num_drafts,
+        spec_num_draft_tokens=trace.spec_num_draft_tokens,
+        spec_num_accepted_tokens=trace.spec_num_accepted_tokens,
     )
 
 
@@ -464,6 +572,8 @@ def for_replica(result: SimulationResult, replica: Replica, benchmark: Benchmark
             replica.coefficients,
             gpu_peer_to_peer=replica.gpu_peer_to_peer,
             primed=primed,
+            spec=replica.spec_of(benchmark),
+            draft=replica.draft,
         ),
     )
 

@@ -97,7 +97,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from service.core.engines import resolve_engine
 from service.core.errors import InvalidSpec
@@ -514,6 +514,150 @@ class StepTimeModel:
             gpu += self.seconds_per_windowed_token() * load.decode_windowed_tokens
         cpu = self.cpu_seconds(load.num_requests)
         return max(gpu, cpu) if self.async_scheduling else gpu + cpu
+
+
+# ngram/suffix proposers match on the host (``vllm/v1/spec_decode/ngram_proposer.py``: a numba KMP scan of each
+# request's tokens, after sampling, before the step returns). Not fitted: an order-of-magnitude estimate of one
+# request's scan over a few thousand tokens, paid on the step's critical path.
+NGRAM_HOST_SECONDS_PER_REQUEST = 5e-6
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftCost:
+    """The proposer's share of a speculative-decoding step (``vllm/v1/spec_decode/``, read on main after 0.11).
+
+    ``gpu_model_runner.py::propose_draft_token_ids`` runs the proposer in the same step, after the target's
+    forward and the rejection sampler, on the same GPU: its time adds to the step's GPU part.
+
+    * EAGLE, EAGLE-3, MTP and draft models (``EagleProposer.propose`` and its draft-model subclass): one forward
+      of the draft over every token the target computed in the step (its hidden states and KV for each), the
+      logits of each request's last position, then ``k − 1`` more forwards of one token per request — ``k``
+      sequential passes in all, each timed by the draft's own ``StepTimeModel`` (its weights read once per
+      pass, its attention reading the requests' context in its own KV layers). "Currently the eagle proposer
+      only supports cudagraph_mode PIECEWISE" (``eagle.py``): its passes replay piecewise graphs up to
+      ``max_cudagraph_capture_size`` tokens, never one full graph, so each pays the piecewise host dispatch of
+      its layers even where the target's decode step is a single full-graph replay.
+    * Medusa / MLP speculator heads: one pass of the heads over each request's last hidden state.
+    * ngram / suffix: no GPU work; a host-side match per request (``NGRAM_HOST_SECONDS_PER_REQUEST``).
+    """
+
+    method: str
+    num_passes: int  # sequential draft forwards per step (k, 1 for Medusa, 0 without a GPU proposer)
+    model: StepTimeModel | None = None  # the draft's step-time model (None: no GPU proposer)
+    host_seconds_per_request: float = 0.0  # ngram/suffix matching, on the step's critical path
+
+    def seconds_parts_of(
+        self, num_tokens: int, num_requests: int, prefill_attention_pairs: float, prefill_kv_tokens: int
+    ) -> tuple[float, float]:
+        """(context-independent seconds, seconds per decode context token) of the proposer in one step of
+        ``num_tokens`` target tokens over ``num_requests`` requests; a pure function of its arguments."""
+        fixed = self.host_seconds_per_request * num_requests
+        model = self.model
+        if model is None or self.num_passes <= 0:
+            return fixed, 0.0
+        if self.num_passes == 1 and self.method in ("medusa", "mlp_speculator"):
+            head_fixed, _ = model.gpu_seconds_parts_of(num_requests, num_requests, 0.0, 0)
+            return fixed + head_fixed, 0.0
+        first_fixed, first_context = model.gpu_seconds_parts_of(
+            num_tokens, num_requests, prefill_attention_pairs, prefill_kv_tokens
+        )
+        later = self.num_passes - 1
+        fixed += first_fixed
+        per_context = first_context
+        if later:
+            next_fixed, next_context = model.gpu_seconds_parts_of(num_requests, num_requests, 0.0, 0)
+            # The later passes read every request's context, prefill chunks' included, once each.
+            fixed += later * (next_fixed + next_context * prefill_kv_tokens)
+            per_context += later * next_context
+        return fixed, per_context
+
+
+def draft_cost(
+    target: StepTimeModel,
+    *,
+    method: str,
+    num_speculative_tokens: int,
+    draft: ModelSpec | None,
+    draft_weight_bytes: int,
+    draft_kv_bytes_per_token: int,
+    draft_tensor_parallel_size: int,
+    tensor_parallel_size: int,
+    lm_head_bytes: int,
+) -> DraftCost:
+    """The proposer of ``method`` timed with the target's step-time machinery and the draft's own shape.
+
+    ``draft_weight_bytes`` is what the planner loads for the draft on one GPU (``speculative_weights_bytes``);
+    a head that shares the target's LM head (EAGLE, MTP) still reads it every pass, so ``lm_head_bytes`` (the
+    target's LM head on one GPU) is added to each pass's reads. MTP passes run one of the target's
+    ``num_nextn_predict_layers`` decoder layers each (reused when k exceeds them), with the target's widths.
+    """
+    family = "mtp" if method.endswith("mtp") else method
+    if family in ("ngram", "ngram_gpu", "suffix"):
+        return DraftCost(method=method, num_passes=0, host_seconds_per_request=NGRAM_HOST_SECONDS_PER_REQUEST)
+    target_tp = max(1, tensor_parallel_size)
+    pp = target.pipeline_parallel_size
+    if family == "mtp" or draft is None:
+        model = target.model
+        layers_in_model = max(1, model.num_hidden_layers)
+        mtp_layers = max(1, model.num_nextn_predict_layers)
+        per_pass_layers = 1
+        weight_bytes = draft_weight_bytes // mtp_layers + lm_head_bytes
+        scale = pp / layers_in_model  # one decoder layer's share of the target's per-stage figures
+        attention_layers = max(1, sum(1 for kind in model.resolved_layer_types if kind.is_attention))
+        fields = {
+            "model": model,
+            "linear_flops_per_token": target.linear_flops_per_token * scale,
+            "expert_flops_per_token": target.expert_flops_per_token * scale,
+            "lm_head_flops_per_request": target.lm_head_flops_per_request,
+            "attention_flops_per_pair": target.attention_flops_per_pair * pp / attention_layers,
+        }
+        tp = target_tp
+    else:
+        model = draft
+        tp = max(1, draft_tensor_parallel_size)
+        per_pass_layers = max(1, model.num_hidden_layers)
+        weight_bytes = draft_weight_bytes + (lm_head_bytes if family == "eagle" else 0)
+        embedding = model.vocab_size * model.hidden_size
+        lm_head = 0 if model.tie_word_embeddings else embedding
+        linear_params = max(1, (model.num_active_parameters or model.num_parameters) - embedding - lm_head)
+        if model.uses_mla and model.kv_lora_rank and model.qk_rope_head_dim:
+            pair_flops_per_head = 2 * (model.kv_lora_rank + model.qk_rope_head_dim) + 2 * model.kv_lora_rank
+        else:
+            pair_flops_per_head = 4 * model.head_dim
+        attention_layers = sum(1 for kind in model.resolved_layer_types if kind.is_attention)
+        fields = {
+            "model": model,
+            "linear_flops_per_token": 2.0 * linear_params / tp,
+            "expert_flops_per_token": 0.0,  # (a dense draft; an MoE draft's routed share is not split out)
+            "lm_head_flops_per_request": 2.0 * model.hidden_size * model.vocab_size / tp,
+            "attention_flops_per_pair": float(
+                pair_flops_per_head * max(1, model.num_attention_heads // tp) * attention_layers
+            ),
+        }
+    shared_tp = tp > 1 and tp == target_tp
+    per_layer = per_pass_layers / max(1, target.layers_per_stage)
+    draft_model = replace(
+        target,
+        **fields,  # type: ignore[arg-type]
+        weight_bytes=weight_bytes,
+        kv_bytes_per_token=draft_kv_bytes_per_token,
+        windowed_kv_bytes_per_token=0,
+        attention_window_tokens=0,
+        allreduce_fixed_seconds=target.allreduce_fixed_seconds * per_layer if shared_tp else 0.0,
+        allreduce_seconds_per_token=target.allreduce_seconds_per_token * per_layer if shared_tp else 0.0,
+        logits_gather_fixed_seconds=target.logits_gather_fixed_seconds if shared_tp else 0.0,
+        logits_gather_seconds_per_request=target.logits_gather_seconds_per_request if shared_tp else 0.0,
+        layers_per_stage=per_pass_layers,
+        pipeline_parallel_size=1,  # the proposer runs on the last stage only
+        full_cudagraph_decode=False,  # piecewise graphs only (see ``DraftCost``)
+        kernels_per_stage=0 if target.host_synchronous else _kernels_per_stage(model, per_pass_layers),
+        attention_dispatch_weight=MLA_DISPATCH_WEIGHT if model.uses_mla else 1.0,
+        weight_only_gemm=False,
+        expert_parallel_ranks=1,
+        expert_parallel_token_scale=1,
+    )
+    passes = 1 if family in ("medusa", "mlp_speculator") else num_speculative_tokens
+    return DraftCost(method=method, num_passes=passes, model=draft_model)
 
 
 NORM_KERNELS = 2  # fused residual-add + RMSNorm before attention and before the MLP
