@@ -542,6 +542,12 @@ class BenchmarkIn(Schema):
     num_warmups: Annotated[int, Field(ge=0, le=10_000)] = Field(
         default=0, description="--num-warmups: the first prompt sent that many times before the timed run"
     )
+    spec_mean_acceptance_length: Annotated[float, Field(ge=1, le=1_000)] | None = Field(
+        default=None,
+        description="speculative decoding only: vLLM's 'Mean acceptance length' of this workload (1 + accepted "
+        "draft tokens per draft, bonus token included), at most 1 + num_speculative_tokens; null: the method's "
+        "default (EAGLE-3 0.8 per position, EAGLE 0.7, MTP 0.85, draft model 0.6; ngram/suffix propose nothing)",
+    )
     requests: (
         list[tuple[Annotated[int, Field(ge=1, le=10_000_000)], Annotated[int, Field(ge=1, le=10_000_000)]]]
         | None
@@ -632,6 +638,25 @@ class PlanSummaryOut(BaseModel):
     settings: SettingsOut
 
 
+class SpeculativeSimulationOut(BaseModel):
+    """What the simulated engine's spec-decode counters read (``vllm/v1/spec_decode/metrics.py``' names)."""
+
+    method: str
+    num_speculative_tokens: int
+    assumed_mean_acceptance_length: float = Field(
+        description="given in the benchmark, or the method's default"
+    )
+    mean_acceptance_length: float | None = Field(
+        description="1 + accepted / drafts over the run, as vLLM logs it (null when no step had drafts)"
+    )
+    draft_acceptance_rate: float | None = Field(
+        description="accepted / drafted tokens (a ratio, not percent)"
+    )
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+
+
 class SimulationOut(BaseModel):
     result: BenchmarkResultOut
     timeline: list[TimelinePointOut] = Field(description="about 200 points evenly spread over the run")
@@ -645,3 +670,7 @@ class SimulationOut(BaseModel):
     )
     benchmark: BenchmarkIn
     plan: PlanSummaryOut
+    speculative: SpeculativeSimulationOut | None = Field(
+        default=None,
+        description="speculative decoding as simulated (null for a plan without speculative_config)",
+    )

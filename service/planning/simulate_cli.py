@@ -107,6 +107,18 @@ def simulate_command(
         ),
     ] = None,
     num_warmups: Annotated[int, Opt(help="the first prompt sent this many times before the run")] = 0,
+    speculative_config: Annotated[
+        str | None,
+        Opt(
+            help='JSON as vllm serve takes it, e.g. \'{"method": "eagle3", "model": ..., "num_speculative_tokens": 3}\''
+        ),
+    ] = None,
+    spec_mean_acceptance_length: Annotated[
+        float | None,
+        Opt(
+            help="with --speculative-config: vLLM's 'Mean acceptance length' of the workload; default: the method's"
+        ),
+    ] = None,
     as_json: Annotated[bool, Opt("--json", help="print the whole simulation as JSON")] = False,
     save_result: Annotated[
         Path | None, Opt(help="write vLLM's --save-result JSON (diff it against a real run)")
@@ -118,11 +130,12 @@ def simulate_command(
     ] = None,
 ) -> None:
     """Predict what `vllm bench serve` measures for a model on a GPU. Exit 2 for bad input."""
-    from service.planning.cli_args import FlagError, max_model_len_value, model_reference
+    from service.planning.cli_args import FlagError, json_object_value, max_model_len_value, model_reference
 
     try:
         model_ref = model_reference(model, hf_config, num_parameters)
         length = max_model_len_value(max_model_len)
+        speculative = json_object_value("--speculative-config", speculative_config)
     except FlagError as exc:
         raise _fail(str(exc)) from None
     try:
@@ -161,8 +174,11 @@ def simulate_command(
             "seed": seed,
             "ready_check_timeout_sec": ready_check_timeout_sec,
             "num_warmups": num_warmups,
+            "spec_mean_acceptance_length": spec_mean_acceptance_length,
         },
     }
+    if speculative is not None:
+        fields["speculative_config"] = speculative
     from pydantic import ValidationError
 
     from service.planning.schemas import SimulationOut, SimulationRequestBody

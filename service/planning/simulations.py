@@ -42,6 +42,7 @@ from service.planning.schemas import (
     SettingsOut,
     SimulationOut,
     SimulationRequestBody,
+    SpeculativeSimulationOut,
     Subject,
     TimelinePointOut,
 )
@@ -85,6 +86,7 @@ def benchmark_spec(benchmark: BenchmarkIn) -> BenchmarkSpec:
             seed=benchmark.seed,
             ready_check_timeout_sec=benchmark.ready_check_timeout_sec,
             num_warmups=benchmark.num_warmups,
+            spec_mean_acceptance_length=benchmark.spec_mean_acceptance_length,
             requests=tuple((int(p), int(o)) for p, o in benchmark.requests) if benchmark.requests else None,
         )
     except InvalidSpec as exc:
@@ -135,6 +137,24 @@ def simulation_out(
             max_concurrency=kv.max_concurrency,
             settings=SettingsOut.model_validate(plan.settings, from_attributes=True),
         ),
+        speculative=_speculative_out(sim),
+    )
+
+
+def _speculative_out(sim: SimulationResult) -> SpeculativeSimulationOut | None:
+    spec = sim.speculative
+    if spec is None:
+        return None
+    drafts, drafted, accepted = sim.spec_num_drafts, sim.spec_num_draft_tokens, sim.spec_num_accepted_tokens
+    return SpeculativeSimulationOut(
+        method=spec.method,
+        num_speculative_tokens=spec.num_speculative_tokens,
+        assumed_mean_acceptance_length=spec.mean_acceptance_length,
+        mean_acceptance_length=1 + accepted / drafts if drafts else None,
+        draft_acceptance_rate=accepted / drafted if drafted else None,
+        num_drafts=drafts,
+        num_draft_tokens=drafted,
+        num_accepted_tokens=accepted,
     )
 
 

@@ -109,3 +109,16 @@ def test_the_readiness_probe_flags_follow_vllm_bench_serve() -> None:
     assert json.loads(warmed.output)["result"] == primed["result"]
     bad = runner.invoke(app, [*ARGS, "--num-warmups", "-1"])
     assert bad.exit_code == 2 and "num_warmups" in bad.output
+
+
+def test_speculative_config_and_its_acceptance_length_reach_the_simulation() -> None:
+    spec = ["--speculative-config", '{"model": "llama-3.2-1b", "num_speculative_tokens": 3}']
+    out = runner.invoke(app, [*ARGS, *spec, "--spec-mean-acceptance-length", "2.5", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["speculative"]["method"] == "draft_model"
+    assert data["speculative"]["assumed_mean_acceptance_length"] == 2.5
+    too_long = runner.invoke(app, [*ARGS, *spec, "--spec-mean-acceptance-length", "4.5"])
+    assert too_long.exit_code == 2 and "spec_mean_acceptance_length" in too_long.output
+    not_json = runner.invoke(app, [*ARGS, "--speculative-config", "{eagle"])
+    assert not_json.exit_code == 2 and "--speculative-config" in not_json.output

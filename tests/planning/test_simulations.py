@@ -232,3 +232,40 @@ async def test_the_openapi_document_describes_the_endpoint(client: httpx.AsyncCl
     assert "422" in operation["responses"]
     schema = spec["components"]["schemas"]["SimulationRequestBody"]
     assert {"model", "gpu", "max_num_seqs", "benchmark"} <= set(schema["properties"])
+
+
+SPEC_DRAFT = {"speculative_config": {"model": "llama-3.2-1b", "num_speculative_tokens": 3}}
+
+
+async def test_speculative_decoding_is_simulated_with_the_benchmarks_acceptance(
+    client: httpx.AsyncClient,
+) -> None:
+    given = {**body(spec_mean_acceptance_length=2.0), **SPEC_DRAFT}
+    response = await client.post("/v1/simulations", json=given)
+    assert response.status_code == 200, response.text
+    data = response.json()
+    spec = data["speculative"]
+    assert spec["method"] == "draft_model" and spec["num_speculative_tokens"] == 3
+    assert spec["assumed_mean_acceptance_length"] == 2.0
+    # 1 + accepted / drafts over the run: each request's accumulator is within one token of 1 × its drafts.
+    assert abs(spec["mean_acceptance_length"] - 2.0) <= 60 / spec["num_drafts"]
+    assert spec["num_draft_tokens"] == 3 * spec["num_drafts"]
+    assert any("mean acceptance length 2.00 (given" in line for line in data["assumptions"])
+    assert data["result"]["total_output_tokens"] == 60 * 64
+    default = (await client.post("/v1/simulations", json={**body(), **SPEC_DRAFT})).json()
+    assert default["speculative"]["assumed_mean_acceptance_length"] == pytest.approx(1 + 0.6 + 0.36 + 0.216)
+    plain = (await client.post("/v1/simulations", json=body(spec_mean_acceptance_length=2.0))).json()
+    assert plain["speculative"] is None
+    assert any("spec_mean_acceptance_length ignored" in line for line in plain["assumptions"])
+
+
+@pytest.mark.parametrize("length", [0.5, 4.5])
+async def test_an_impossible_acceptance_length_is_a_422_naming_the_field(
+    client: httpx.AsyncClient, length: float
+) -> None:
+    # Below 1 the schema refuses it; above 1 + num_speculative_tokens (3) the simulator does.
+    response = await client.post(
+        "/v1/simulations", json={**body(spec_mean_acceptance_length=length), **SPEC_DRAFT}
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["loc"][:3] == ["body", "benchmark", "spec_mean_acceptance_length"]

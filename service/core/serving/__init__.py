@@ -14,6 +14,7 @@ from service.core.serving.simulate import (
     TimelinePoint,
     simulate,
 )
+from service.core.serving.speculative import SpecDecoding
 from service.core.serving.step_time import DEFAULT_STEP_COEFFICIENTS, StepCoefficients
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "SimulationLimits",
     "SimulationResult",
     "SloTarget",
+    "SpecDecoding",
     "StepCoefficients",
     "TimelinePoint",
     "max_rate_within_slo",

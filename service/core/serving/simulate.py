@@ -108,6 +108,7 @@ class SimulationResult:
     spec_num_drafts: int = 0
     spec_num_draft_tokens: int = 0
     spec_num_accepted_tokens: int = 0
+    speculative: SpecDecoding | None = None  # the speculative decoding simulated (None without it)
 
 
 def block_demand(plan: CapacityPlan) -> BlockDemand:
@@ -552,6 +553,7 @@ def summarize(run: EngineRun, *, timeline: bool = True) -> SimulationResult:
         spec_num_drafts=trace.spec_num_drafts,
         spec_num_draft_tokens=trace.spec_num_draft_tokens,
         spec_num_accepted_tokens=trace.spec_num_accepted_tokens,
+        speculative=run.spec,
     )
 
 
@@ -566,6 +568,7 @@ def for_replica(result: SimulationResult, replica: Replica, benchmark: Benchmark
     return replace(
         result,
         plan=replica.plan,
+        speculative=replica.spec_of(benchmark),
         assumptions=_assumptions(
             replica.plan,
             benchmark,
