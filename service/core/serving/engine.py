@@ -22,6 +22,7 @@ round trip, ``step_time.StepCoefficients``): its TTFT and E2EL include that time
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from service.core.errors import InvalidSpec
 from service.core.serving.scheduler import BlockDemand, Scheduler, SimRequest
-from service.core.serving.speculative import SpecDecoding, initial_credit
+from service.core.serving.speculative import ACCEPTANCE_UNITS, SpecDecoding, initial_credit
 from service.core.serving.step_time import DraftCost, StepTimeModel
 
 ITL_SAMPLES_PER_STRETCH = 8
@@ -186,6 +187,8 @@ class Engine:
         self.spec_num_drafts = 0
         self.spec_num_draft_tokens = 0
         self.spec_num_accepted_tokens = 0
+        # With speculative decoding the closed-form stretch is ``_try_spec_stretch`` (off when stepping).
+        self._spec_stretches = spec is not None and use_stretches
         if spec is not None:
             use_stretches = use_cohort = False
             for request in requests:
@@ -344,6 +347,7 @@ class Engine:
         running, waiting = s.running, s.waiting  # (the scheduler's own list and queue, never replaced)
         use_stretches, cohort_on = self.use_stretches, self._cohort_on
         single_step = self._single_step if self._spec is None else self._spec_step
+        spec_stretches = self._spec_stretches
         while True:
             clock = self.clock
             if (pending and pending[0].arrival_seconds <= clock) or (transit and transit[0][0] <= clock):
@@ -361,6 +365,8 @@ class Engine:
                     field="benchmark.num_prompts",
                 )
             if use_stretches and self._try_stretch():
+                continue
+            if spec_stretches and self._try_spec_stretch():
                 continue
             if cohort_on and self._formed and self._cohort_step():
                 continue
@@ -469,7 +475,7 @@ class Engine:
         previous_end = self.clock
         clock = self.clock = previous_end + seconds
         self.num_steps += 1
-        expected = spec.expected_accepted
+        expected = spec.expected_accepted_units
         next_drafts = spec.drafts_per_step
         sampled = itl_count = regular = num_drafts = num_draft_tokens = num_accepted = 0
         itl_sum = 0.0
@@ -489,8 +495,8 @@ class Engine:
             accepted = 0
             if verified:
                 credit = request.spec_credit + expected[verified]
-                accepted = int(credit)
-                request.spec_credit = credit - accepted
+                accepted = credit // ACCEPTANCE_UNITS
+                request.spec_credit = credit - accepted * ACCEPTANCE_UNITS
                 num_drafts += 1
                 num_draft_tokens += verified
                 num_accepted += accepted
@@ -535,6 +541,195 @@ class Engine:
             s.finish(request)
         for request in finished:
             self._finish(request)
+
+    def _try_spec_stretch(self) -> bool:
+        """``_spec_step`` repeated while nothing but contexts change, without a visit per request and step.
+
+        The conditions of ``_try_stretch`` (everyone decodes and sampled at the end of the last step, nobody
+        can join, no arrival that could join, no finish before the last step, every block the steps start is
+        free), plus: every request holds the same d drafts and gets all of them (n(1 + d) ≤ the budget, never
+        capped by ``max_model_len``), a full-attention layout, no prefix left to hand to the cache. Then every
+        step has the same load — n(1 + d) tokens, n(1 + d) logits rows, the same draft passes — and only the
+        summed context grows, by n + the step's accepted drafts. Request i's accumulator after j steps holds
+        X_i + j·U units (U = E[accepted | d] in ``ACCEPTANCE_UNITS``), so it has accepted (X_i + j·U) // Q
+        drafts, and the batch's sum is n·(j·U // Q) + #{i : X_i ≥ Q − j·U mod Q}: one bisection per step over
+        the sorted phases. Each step's time, the clock, the ITL samples and the output events are summed in the
+        same order and with the same operations as ``_spec_step`` does, so both paths give the same figures.
+        False (nothing changed) when a condition fails or fewer than two steps qualify."""
+        s = self.scheduler
+        spec = self._spec
+        assert spec is not None
+        running = s.running
+        n = len(running)
+        cfg = s.config
+        drafts = spec.drafts_per_step
+        per = 1 + drafts
+        demand = cfg.demand
+        if not n or s.num_lagging or n * per > cfg.max_num_batched_tokens or cfg.attention_window:
+            return False
+        if not demand.is_simple:
+            return False
+        clock = self.clock
+        arrival_limit = math.inf
+        if s.waiting:
+            if not s.admission_blocked(n * per):
+                return False
+        elif n < cfg.max_num_seqs:
+            transit, pending = self.transit, self.pending
+            if transit:
+                arrival_limit = transit[0][0]
+            if pending and self.gate.has_slot():
+                first = pending[0].arrival_seconds
+                if first < arrival_limit:
+                    arrival_limit = first
+            if arrival_limit <= clock:
+                return False
+        q = ACCEPTANCE_UNITS
+        u = spec.expected_accepted_units[drafts]
+        max_len = cfg.max_model_len
+        k = 1 << 62
+        context = 0
+        for request in running:
+            if (
+                request.generated == 0
+                or request.computed != request.num_tokens - 1
+                or request.spec_tokens != drafts
+                or request.last_token_seconds != clock
+                or (request.shared_prefix_tokens and not request.shared_blocks)
+                or request.prompt_tokens + request.output_tokens + drafts > max_len
+            ):
+                return False
+            left = request.output_tokens - request.generated
+            x = request.spec_credit
+            # The fewest steps j with j + (x + j·u) // q ≥ left: from the real-valued bound, then by one.
+            j = max(1, -((x - left * q) // (q + u)))
+            while j + (x + j * u) // q < left:
+                j += 1
+            while j > 1 and j - 1 + (x + (j - 1) * u) // q >= left:
+                j -= 1
+            if j < k:
+                k = j
+            context += request.computed
+        if k < 2:
+            return False
+        bs, groups = demand.block_size, demand.full_groups
+        lookahead = cfg.num_lookahead_tokens
+
+        def blocks_for(steps: int) -> int:
+            """Blocks the requests start over ``steps`` steps (the last step's slots, as ``_schedule_spec``)."""
+            total = 0
+            t = steps - 1
+            for request in running:
+                slots = request.computed + t + (request.spec_credit + t * u) // q + per + lookahead
+                if slots > max_len:
+                    slots = max_len
+                need = groups * (-(-slots // bs) - request.shared_blocks) - request.own_blocks
+                if need > 0:
+                    total += need
+            return total
+
+        free = s.free_blocks
+        if blocks_for(k) > free:
+            lo, hi = 1, k
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if blocks_for(mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+            if k < 2:
+                return False
+        # The step's terms: the target's (logits at 1 + d rows each) and the proposer's, as ``_spec_step``.
+        tokens = n * per
+        key = (tokens, n + n * drafts, 0.0, 0)
+        target = self._parts.get(key)
+        fixed, per_context = target if target is not None else self._gpu_parts(*key)
+        draft_fixed = draft_context = 0.0
+        with_draft = self._draft is not None
+        if with_draft:
+            draft_key = (tokens, n, 0.0, 0)
+            parts = self._draft_parts.get(draft_key)
+            if parts is None:
+                assert self._draft is not None
+                parts = self._draft_parts[draft_key] = self._draft.seconds_parts_of(tokens, n, 0.0, 0)
+            draft_fixed, draft_context = parts
+        cpu = self._cpu_seconds(n)
+        overlap = self._overlap
+        phases = sorted(request.spec_credit for request in running)
+        if n > self.peak_running:
+            self.peak_running = n
+        if self.keep_records:
+            self.records.append((clock, n, len(s.waiting), cfg.num_free_blocks - s.free_blocks, tokens))
+        irregular = self.itl_samples
+        events = self.output_events
+        weight = float(n)
+        accepted_before = 0  # Σ_i (x_i + j·u) // q after j steps (every x_i < q)
+        steps = 0
+        last_clock = clock
+        for j in range(1, k + 1):
+            gpu = fixed + per_context * context
+            if with_draft:
+                gpu += draft_fixed + draft_context * context
+            seconds = (gpu if gpu > cpu else cpu) if overlap else gpu + cpu  # ``max(gpu, cpu)``'s value
+            previous_end = last_clock
+            last_clock = previous_end + seconds
+            spread = j * u
+            accepted_after = n * (spread // q) + (n - bisect.bisect_left(phases, q - spread % q))
+            step_accepted = accepted_after - accepted_before
+            accepted_before = accepted_after
+            steps = j
+            self.itl_sum += 0.0 + n * (last_clock - previous_end)
+            irregular.append((seconds, weight))
+            if j == k or last_clock >= arrival_limit:
+                break  # the last step (its tokens below), or the next request reached the engine during it
+            events.append((last_clock, float(n + step_accepted)))
+            context += n + step_accepted
+        clock = self.clock = last_clock
+        m = steps
+        # Each request's state after m steps; those done (only possible at m = k) finish, as in ``_spec_step``.
+        finished: list[SimRequest] = []
+        delivered_last = 0
+        grown = 0
+        accepted_total = 0
+        for request in running:
+            x = request.spec_credit
+            accepted = (x + m * u) // q
+            before_last = m - 1 + (x + (m - 1) * u) // q  # tokens it gained before the last step
+            slots = (
+                request.computed + before_last + per + lookahead
+            )  # the last step's ``_schedule_spec`` slots
+            if slots > max_len:
+                slots = max_len
+            need = groups * (-(-slots // bs) - request.shared_blocks) - request.own_blocks
+            if need > 0:
+                request.own_blocks += need
+                grown += need
+            left = request.output_tokens - request.generated
+            progress = m + accepted
+            emitted = progress if progress < left else left
+            delivered_last += emitted - (before_last if before_last < left else left)
+            accepted_total += accepted
+            request.spec_credit = x + m * u - accepted * q
+            request.generated += emitted
+            request.num_tokens += emitted
+            request.computed = request.num_tokens - 1
+            request.last_token_seconds = clock
+            if request.generated >= request.output_tokens:
+                request.spec_tokens = 0
+                finished.append(request)
+        s.free_blocks -= grown
+        events.append((clock, float(delivered_last)))
+        self.num_steps += m
+        self.num_steps_with_output += m
+        self.itl_count += n * m
+        if drafts:
+            self.spec_num_drafts += n * m
+            self.spec_num_draft_tokens += n * m * drafts
+            self.spec_num_accepted_tokens += accepted_total
+        for request in finished:
+            self._finish(request)
+        return True
 
     # --- the decode cohort ------------------------------------------------------------------------------
     def _sample_scheduled(

@@ -99,7 +99,7 @@ class SimRequest:
         # Speculative decoding (``speculative``): draft tokens in hand for the next step (``spec_token_ids``),
         # and the expected-progress accumulator that decides how many of them are accepted.
         self.spec_tokens = 0
-        self.spec_credit = 0.0
+        self.spec_credit = 0  # in ``speculative.ACCEPTANCE_UNITS``
 
     def add_generated(self, count: int) -> None:
         self.generated += count

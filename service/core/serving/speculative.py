@@ -30,8 +30,11 @@ it were accepted): E[accepted | d drafts] = α + α² + … + α^d, α solved fr
 the method's default below is assumed (``DEFAULT_POSITION_ACCEPTANCE``) and the response says so.
 
 **Determinism and cost.** Each request carries an expected-progress accumulator: every verification adds
-E[accepted | d] to it and the request accepts its integer part (never more than d). The mean over a run is
-exactly the assumed one, nothing is drawn, and a step costs one addition per request. The accumulators start
+E[accepted | d] to it and the request accepts its integer part (never more than d). The accumulator counts in
+units of 2⁻²⁰ token (``ACCEPTANCE_UNITS``), so it is an integer and j verifications of d drafts add exactly
+j × E[accepted | d] — the engine's closed-form stretches and its step-by-step path accept the same tokens. The
+mean over a run is the assumed one (to 2⁻²¹ token per draft), nothing is drawn, and a step costs one addition
+per request. The accumulators start
 at evenly spread phases (the fractional part of index × the golden ratio), so requests that decode together do
 not all accept in the same steps — the batch's accepted tokens per step stay near n·E[accepted], as with
 independent draws. What it leaves out is the spread of acceptance between steps: inter-token gaps and
@@ -74,6 +77,7 @@ MATCHING_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})  # propose only o
 # (scheduler.py: ``use_eagle()`` — eagle, eagle3, mtp — or ``uses_draft_model()``).
 LOOKAHEAD_METHODS = frozenset({"eagle", "eagle3", "mtp", "draft_model"})
 GOLDEN_RATIO_FRACTION = 0.6180339887498949  # accumulator phase of request i: frac(i × this)
+ACCEPTANCE_UNITS = 1 << 20  # accumulator units per token (an integer accumulator: exact sums)
 
 
 def method_family(method: str) -> str:
@@ -114,8 +118,9 @@ class SpecDecoding:
     mean_acceptance_length: float  # vLLM's figure at k drafts (1 when nothing is proposed)
     position_acceptance: float  # α
     given: bool  # the benchmark gave the mean acceptance length (otherwise the method's default)
-    # E[accepted | d drafts] for d = 0 … k.
+    # E[accepted | d drafts] for d = 0 … k, in tokens and in ``ACCEPTANCE_UNITS`` (rounded: the accumulator's).
     expected_accepted: tuple[float, ...]
+    expected_accepted_units: tuple[int, ...]
 
     @property
     def draft_acceptance_rate(self) -> float:
@@ -178,9 +183,10 @@ def spec_decoding_of(
         position_acceptance=alpha,
         given=mean_acceptance_length is not None,
         expected_accepted=expected,
+        expected_accepted_units=tuple(round(e * ACCEPTANCE_UNITS) for e in expected),
     )
 
 
-def initial_credit(index: int) -> float:
-    """The accumulator phase of request ``index`` (see the module docstring)."""
-    return (index * GOLDEN_RATIO_FRACTION) % 1.0
+def initial_credit(index: int) -> int:
+    """The accumulator phase of request ``index`` in ``ACCEPTANCE_UNITS`` (see the module docstring)."""
+    return int((index * GOLDEN_RATIO_FRACTION) % 1.0 * ACCEPTANCE_UNITS)

@@ -97,7 +97,9 @@ def test_every_draft_accepted_advances_one_plus_k_tokens_per_step() -> None:
     # samples the first token (and proposes 3 drafts); each later step schedules 1 + 3 = 4 tokens and keeps
     # all 4: 1 → 5 → 9 → 13 generated tokens, 4 steps in all.
     replica = prepare_replica(_request("eagle3", 3), coefficients=COEFFS)
-    run = run_benchmark(_one_request(100, 13, spec_mean_acceptance_length=4.0), replica=replica)
+    run = run_benchmark(
+        _one_request(100, 13, spec_mean_acceptance_length=4.0), replica=replica, step_by_step=True
+    )
     trace = run.trace
     assert trace.num_steps == 4
     assert [row[4] for row in trace.record_rows] == [100, 4, 4, 4]  # tokens scheduled per step
@@ -118,7 +120,9 @@ def test_rejected_drafts_are_rolled_back_and_acceptance_follows_the_accumulator(
     # starts at 0: 1.5 → accept 1 (0.5 left), 2.0 → 2, 1.5 → 1, 2.0 → 2, 1.5 → 1. Each step keeps 1 + accepted:
     # 1 (prefill) → 3 → 6 → 8 → 11 → 13; every decode step still schedules 1 + 3 tokens.
     replica = prepare_replica(_request("eagle3", 3), coefficients=COEFFS)
-    trace = run_benchmark(_one_request(100, 13, spec_mean_acceptance_length=2.5), replica=replica).trace
+    trace = run_benchmark(
+        _one_request(100, 13, spec_mean_acceptance_length=2.5), replica=replica, step_by_step=True
+    ).trace
     assert trace.num_steps == 6
     assert [row[4] for row in trace.record_rows] == [100, 4, 4, 4, 4, 4]
     assert (trace.spec_num_drafts, trace.spec_num_draft_tokens, trace.spec_num_accepted_tokens) == (5, 15, 7)
@@ -142,6 +146,53 @@ def test_a_long_run_accepts_the_given_mean_acceptance_length() -> None:
     assert abs(measured - 2.2) <= 200 / sim.spec_num_drafts
     assert sim.result.total_output_tokens == 200 * 100
     assert any("mean acceptance length 2.20 (given" in line for line in sim.assumptions)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        BenchmarkSpec(num_prompts=60, random_input_len=300, random_output_len=90, random_range_ratio=0.5),
+        BenchmarkSpec(num_prompts=60, random_input_len=300, random_output_len=90, request_rate=8.0, seed=2),
+        BenchmarkSpec(num_prompts=40, random_input_len=500, random_output_len=120, max_concurrency=4),
+        BenchmarkSpec(
+            num_prompts=40,
+            random_input_len=200,
+            random_output_len=60,
+            random_prefix_len=100,
+            request_rate=20.0,
+        ),
+        BenchmarkSpec(
+            num_prompts=40, random_input_len=300, random_output_len=80, spec_mean_acceptance_length=1.0
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    ("method", "async_scheduling"), [("eagle3", False), ("eagle", True), ("ngram", True)]
+)
+def test_spec_decode_stretches_match_a_step_by_step_run(
+    spec: BenchmarkSpec, method: str, async_scheduling: bool
+) -> None:
+    request = _request(method, 3, async_scheduling=async_scheduling)
+    fast = simulate(request, spec, coefficients=COEFFS)
+    slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
+    assert fast.num_steps == slow.num_steps
+    counters = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "num_preemptions")
+    assert [getattr(fast, c) for c in counters] == [getattr(slow, c) for c in counters]
+    # Summed in the same order with the same operations: the same figures, ITL quantiles included.
+    for key, value in slow.result.as_dict().items():
+        assert math.isclose(getattr(fast.result, key), value, rel_tol=1e-12, abs_tol=1e-12), key
+
+
+def test_spec_decode_stretches_stop_before_the_pool_runs_out() -> None:
+    # 401 blocks of 16 tokens for 40 requests of 300 + 200: the pool runs dry and requests are preempted.
+    request = _request("eagle3", 3, num_gpu_blocks_override=401, max_model_len=2048)
+    spec = BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=200)
+    fast = simulate(request, spec, coefficients=COEFFS)
+    slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
+    assert slow.num_preemptions > 0 and fast.num_preemptions == slow.num_preemptions
+    assert fast.num_steps == slow.num_steps
+    for key, value in slow.result.as_dict().items():
+        assert math.isclose(getattr(fast.result, key), value, rel_tol=1e-12, abs_tol=1e-12), key
 
 
 # --- the scheduler ---------------------------------------------------------------------------------------------
