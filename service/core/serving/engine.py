@@ -14,6 +14,11 @@ block allocation the pool cannot serve, or an arrival that could join — instea
 Inter-token latencies inside a stretch are the step times themselves; they are kept as a few weighted
 samples (exact quantiles of a linear series), not one value per token.
 
+**Speculative decoding** (``speculative.py``): a request advances 1 + accepted drafts per step, so the
+stretch above becomes ``_try_spec_stretch``: every step of it has the same load (n(1 + d) tokens, the same
+draft passes) and only the summed context grows, by n + that step's accepted drafts, which the integer
+acceptance accumulators give exactly; the decode cohort is not used.
+
 The client gate (``--max-concurrency``) sends a request at ``max(scheduled send time, a slot frees)``; slots
 free when a request's last token arrives (``serve.py::limited_request_func`` holds the semaphore for the whole
 request). A sent request reaches the engine ``request_latency_seconds`` later (the API server's share of its

@@ -88,6 +88,17 @@ heaviest pipeline stage:
                 With async scheduling (vLLM 0.14+ default; ``planner`` resolves it) the CPU work of step n+1
                 overlaps the GPU work of step n, so a step takes max(GPU, CPU); otherwise GPU + CPU.
 
+``spec``        speculative decoding (``speculative.py``; ``engine.Engine._spec_step``): a decoding request brings
+                1 + d tokens (its sampled token and d drafts), so the linear layers and the all-reduces see
+                n(1 + d) rows, and logits are computed at 1 + d positions per request (``num_requests`` of
+                ``gpu_seconds_parts_of`` counts logits rows there). Its attention reads its context once for its
+                1 + d queries: the KV read is the decode term above, and the queries' FLOPs are left out — at
+                1 + d = 4 queries Llama-3.1-8B does 4 · 4 · heads · head_dim = 64 Ki FLOPs per 4 KiB of KV per
+                layer, 16 FLOPs/byte, a fifth of H100's ridge at η_attn (≈ 80), so the read bounds it. A decode-
+                only step of n(1 + d) ≤ ``max_cudagraph_capture_size`` tokens still replays one full CUDA graph
+                (FULL_AND_PIECEWISE captures uniform decode batches of 1 + k queries per request). The
+                proposer's k passes add to the GPU part (``DraftCost``: piecewise graphs only).
+
 The eight fitted coefficients live in ``StepCoefficients``; everything else comes from the model, the GPU
 catalog and the capacity plan (weights per GPU, KV bytes per token).
 """
