@@ -109,10 +109,13 @@ def max_rate_within_slo(
     coefficients: StepCoefficients | None = None,
     timeline: bool = True,
     shared: SharedSearches | None = None,
+    spec_mean_acceptance_length: float | None = None,
 ) -> RateSearchResult:
     """Bracket + bisection on the Poisson request rate (see module docstring); ``timeline=False``: the
     simulations keep no timeline (``simulate(..., timeline=False)``). ``shared``: searches already run for
-    replicas with the same simulation inputs (``SharedSearches``); a search found there runs no simulation."""
+    replicas with the same simulation inputs (``SharedSearches``); a search found there runs no simulation.
+    ``spec_mean_acceptance_length``: the workload's acceptance under speculative decoding
+    (``BenchmarkSpec.spec_mean_acceptance_length``; None: the method's default)."""
     if prompt_tokens < 1:
         raise InvalidSpec("must be ≥ 1", field="prompt_tokens")
     if output_tokens < 1:
@@ -128,11 +131,21 @@ def max_rate_within_slo(
             random_output_len=output_tokens,
             seed=seed,
             ready_check_timeout_sec=0,  # served traffic has no benchmark client priming the prefix cache
+            spec_mean_acceptance_length=spec_mean_acceptance_length,
         )
 
     if shared is None:
         return _search(replica, slo, spec_at, timeline=timeline)
-    key = (replica.simulation_inputs, slo, prompt_tokens, output_tokens, num_prompts, seed, timeline)
+    key = (
+        replica.simulation_inputs,
+        slo,
+        prompt_tokens,
+        output_tokens,
+        num_prompts,
+        seed,
+        timeline,
+        spec_mean_acceptance_length,
+    )
     found = shared.get(key)
     if found is None:
         found = shared.put(key, _search(replica, slo, spec_at, timeline=timeline))

@@ -15,7 +15,7 @@ import pytest
 from service.core.errors import InvalidSpec
 from service.core.planner import PlanRequest
 from service.core.planner.features import ServingFeatures, SpeculativeConfig
-from service.core.serving import BenchmarkSpec, StepCoefficients, simulate
+from service.core.serving import BenchmarkSpec, SloTarget, StepCoefficients, max_rate_within_slo, simulate
 from service.core.serving.scheduler import BlockDemand, Scheduler, SchedulerConfig, SimRequest
 from service.core.serving.simulate import prepare_replica, run_benchmark
 from service.core.serving.speculative import (
@@ -290,3 +290,25 @@ def test_a_spec_step_verifies_more_tokens_and_costs_more_than_a_plain_decode() -
     assert no_accept.num_steps == plain.num_steps == 13
     assert no_accept.result.mean_tpot_ms > plain.result.mean_tpot_ms
     assert not any("speculative" in line for line in plain.assumptions)
+
+
+def test_a_rate_search_reads_the_workloads_acceptance() -> None:
+    # A TPOT target of 8 ms: met at a higher rate when more drafts are accepted, since each step then delivers
+    # more tokens for nearly the same time.
+    slo = SloTarget(tpot_seconds=0.008, percentile="mean")
+    request = _request("eagle3", 3)
+    low, high = (
+        max_rate_within_slo(
+            request,
+            slo,
+            prompt_tokens=500,
+            output_tokens=100,
+            num_prompts=100,
+            coefficients=COEFFS,
+            spec_mean_acceptance_length=length,
+        )
+        for length in (1.5, 3.5)
+    )
+    assert high.max_request_rate > low.max_request_rate > 0
+    assert high.at_rate is not None and high.at_rate.speculative is not None
+    assert high.at_rate.speculative.mean_acceptance_length == 3.5
