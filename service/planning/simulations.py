@@ -262,6 +262,17 @@ def vllm_summary(out: SimulationOut) -> str:
         lines.append(_line(f"Mean {name} (ms):", values[f"mean_{key}_ms"], ".2f"))
         lines.append(_line(f"Median {name} (ms):", values[f"median_{key}_ms"], ".2f"))
         lines.append(_line(f"P99 {name} (ms):", values[f"p99_{key}_ms"], ".2f"))
+    spec = out.speculative
+    if spec is not None and spec.num_drafts:
+        # vLLM main prints this section from the server's spec-decode counters when they moved during the run
+        # (``fetch_spec_decode_metrics``); the simulator has no per-position counts, so that list is left out,
+        # as vLLM does when it is empty.
+        lines.append("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+        lines.append(_line("Acceptance rate (%):", 100 * (spec.draft_acceptance_rate or 0.0), ".2f"))
+        lines.append(_line("Acceptance length:", spec.mean_acceptance_length or 1.0, ".2f"))
+        lines.append(_line("Drafts:", spec.num_drafts))
+        lines.append(_line("Draft tokens:", spec.num_draft_tokens))
+        lines.append(_line("Accepted tokens:", spec.num_accepted_tokens))
     lines.append("=" * 50)
     return "\n".join(lines)
 
@@ -289,6 +300,14 @@ def vllm_result_json(out: SimulationOut, *, model_id: str, now: datetime | None 
     }
     result.update(out.result.model_dump())
     result["request_goodput"] = None
+    spec = out.speculative
+    if spec is not None and spec.num_drafts:
+        # vLLM main's keys (``serve.py::benchmark``): acceptance rate in percent, length 1 + accepted / drafts.
+        result["spec_decode_acceptance_rate"] = 100 * (spec.draft_acceptance_rate or 0.0)
+        result["spec_decode_acceptance_length"] = spec.mean_acceptance_length
+        result["spec_decode_num_drafts"] = spec.num_drafts
+        result["spec_decode_draft_tokens"] = spec.num_draft_tokens
+        result["spec_decode_accepted_tokens"] = spec.num_accepted_tokens
     result["kvcap"] = {
         "error_band": out.error_band.model_dump(),
         "assumptions": out.assumptions,

@@ -122,3 +122,22 @@ def test_speculative_config_and_its_acceptance_length_reach_the_simulation() -> 
     assert too_long.exit_code == 2 and "spec_mean_acceptance_length" in too_long.output
     not_json = runner.invoke(app, [*ARGS, "--speculative-config", "{eagle"])
     assert not_json.exit_code == 2 and "--speculative-config" in not_json.output
+
+
+def test_the_summary_ends_with_vllms_speculative_decoding_section(tmp_path: Path) -> None:
+    spec = ["--speculative-config", '{"model": "llama-3.2-1b", "num_speculative_tokens": 3}']
+    args = [*ARGS, *spec, "--spec-mean-acceptance-length", "2.5"]
+    data = json.loads(runner.invoke(app, [*args, "--json"]).output)["speculative"]
+    lines = runner.invoke(app, args).output.splitlines()
+    start = lines.index("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+    assert lines[start + 1] == vllm_line("Acceptance rate (%):", 100 * data["draft_acceptance_rate"])
+    assert lines[start + 2] == vllm_line("Acceptance length:", data["mean_acceptance_length"])
+    assert lines[start + 3] == vllm_line("Drafts:", data["num_drafts"])
+    assert lines[start + 4] == vllm_line("Draft tokens:", 3 * data["num_drafts"])
+    assert lines[start + 5] == vllm_line("Accepted tokens:", data["num_accepted_tokens"])
+    assert lines[start + 6] == "=" * 50
+    saved = tmp_path / "result.json"
+    assert runner.invoke(app, [*args, "--save-result", str(saved)]).exit_code == 0
+    result = json.loads(saved.read_text())
+    assert result["spec_decode_acceptance_length"] == data["mean_acceptance_length"]
+    assert result["spec_decode_num_drafts"] == data["num_drafts"]
