@@ -54,7 +54,9 @@ from service.core.errors import InvalidSpec
 #   eagle3  0.80 — EAGLE-3 (Li et al., arXiv:2503.01840): training-time test keeps the acceptance rate near
 #           0.8 at every draft position instead of falling with it.
 #   mtp     0.85 — DeepSeek-V3 technical report (arXiv:2412.19437, §5.4.3): "the acceptance rate of the
-#           second token prediction ranges between 85% and 90%" (one MTP module), the lower end taken.
+#           second token prediction ranges between 85% and 90%" (one MTP module), the lower end taken. That
+#           figure is for the first draft; k > num_nextn_predict_layers reuses the layer for drafts it was not
+#           trained for, whose acceptance is lower than the chain's α^i: give the measured length there.
 #   draft_model 0.60 — Leviathan et al. (ICML 2023, arXiv:2211.17192), Table 3: α 0.5–0.8 for small drafts
 #           of the same family.
 #   medusa, mlp_speculator 0.60 — Medusa (Cai et al., arXiv:2401.10774): the first head's top-1 accuracy

@@ -12,6 +12,7 @@ import math
 
 import pytest
 
+from service.catalog.builtin import builtin_snapshot
 from service.core.errors import InvalidSpec
 from service.core.planner import PlanRequest
 from service.core.planner.features import ServingFeatures, SpeculativeConfig
@@ -312,3 +313,29 @@ def test_a_rate_search_reads_the_workloads_acceptance() -> None:
     assert high.max_request_rate > low.max_request_rate > 0
     assert high.at_rate is not None and high.at_rate.speculative is not None
     assert high.at_rate.speculative.mean_acceptance_length == 3.5
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_mtp_passes_run_one_target_layer_each_and_read_the_shared_lm_head(k: int) -> None:
+    catalog = builtin_snapshot()
+    model, gpu = catalog.find_model("deepseek-v3"), catalog.find_gpu("h200")
+    assert model is not None and gpu is not None
+    ds = model.spec
+    features = ServingFeatures(speculative=SpeculativeConfig(method="deepseek_mtp", num_speculative_tokens=k))
+    request = PlanRequest(
+        model=ds, gpu=gpu.spec, tensor_parallel_size=8, max_model_len=8192, features=features
+    )
+    replica = prepare_replica(request)
+    draft, plan_features = replica.draft, replica.plan.features
+    assert draft is not None and draft.model is not None and plan_features is not None
+    assert draft.num_passes == k  # the one MTP layer is reused for each further draft
+    assert draft.model.layers_per_stage == 1
+    # Each pass reads the MTP layer's weights and the target's bf16 LM head, split by TP 8.
+    lm_head = ds.vocab_size * ds.hidden_size * 2 // 8
+    assert draft.model.weight_bytes == plan_features.speculative_weights_bytes + lm_head
+    # The pool holds 61 target MLA layers and the MTP layer's: each side reads its own.
+    latent = (512 + 64) * 2  # kv_lora_rank + qk_rope_head_dim, bf16, one latent per token
+    assert replica.plan.kv_cache.bytes_per_token == 62 * latent
+    assert replica.step_model.kv_bytes_per_token == 61 * latent
+    assert draft.model.kv_bytes_per_token == latent
+    assert replica.scheduler_config.num_lookahead_tokens == k
