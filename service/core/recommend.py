@@ -45,6 +45,7 @@ from service.core.serving import (
     max_rate_within_slo,
 )
 from service.core.serving.search import SharedSearches
+from service.core.serving.speculative import SpecDecoding, method_family, spec_decoding_of
 from service.core.specs import GpuSpec
 from service.core.throughput import decode_step_seconds, max_batch_within_tpot, prefill_seconds
 from service.core.units import fmt_int
@@ -72,6 +73,10 @@ class Workload:
     headroom_ratio: float = 0.2
     slo_percentile: str = "p99"
     """Where the TTFT and TPOT SLOs are checked in the simulated distribution: "p50", "p99" or "mean"."""
+    spec_mean_acceptance_length: float | None = None
+    """Speculative decoding only: vLLM's "Mean acceptance length" of this traffic (1 + accepted drafts per
+    draft, ``vllm/v1/spec_decode/metrics.py``), in [1, 1 + k]; None: the method's default
+    (``service.core.serving.speculative.DEFAULT_POSITION_ACCEPTANCE``). Ignored for a plan without it."""
 
     def __post_init__(self) -> None:
         if self.slo_percentile not in SLO_PERCENTILES:
@@ -94,6 +99,10 @@ class Workload:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise InvalidSpec("must be > 0", field=f"workload.{name}")
+        if self.spec_mean_acceptance_length is not None and self.spec_mean_acceptance_length < 1:
+            raise InvalidSpec(
+                "must be ≥ 1 (1 + accepted tokens per draft)", field="workload.spec_mean_acceptance_length"
+            )
 
     @property
     def context_tokens(self) -> int:
@@ -142,6 +151,9 @@ class Option:
     sizing: str = "simulated"
     """How the per-replica capacity was found: "simulated" (serving simulator, roofline-capped), "roofline"
     (a sweep option not simulated: an optimistic bound) or "kv-cache" (a GPU without bandwidth/FLOP figures)."""
+    speculative: SpecDecoding | None = None
+    """The speculative decoding the option is sized with — its method, k and the mean acceptance length
+    assumed (``given``: the workload's; otherwise the method's default); None for a plan without it."""
 
 
 def _round_context(needed: int, model_max: int | None) -> int:
@@ -180,7 +192,66 @@ def _evaluate(
     planned: CapacityPlan | None = None,
 ) -> Option:
     """``evaluate`` for a request already at its max_model_len, in verdict-only mode; ``planned``: the plan
-    of ``request`` when the caller has it already (a sweep's roofline pass planned every option)."""
+    of ``request`` when the caller has it already (a sweep's roofline pass planned every option). The option
+    says which acceptance of speculative decoding it was sized with (``with_speculative``)."""
+    return with_speculative(_evaluate_option(request, workload, reasons, search, planned), request, workload)
+
+
+def speculative_of(request: PlanRequest, result: CapacityPlan, workload: Workload) -> SpecDecoding | None:
+    """The plan's speculative decoding under the workload's acceptance (None without ``speculative_config``);
+    an acceptance no k drafts can reach (above 1 + k, k the plan's num_speculative_tokens) is refused, naming
+    the workload's field."""
+    speculative = request.features.speculative if request.features is not None else None
+    if speculative is None or result.features is None or result.features.num_speculative_tokens < 1:
+        return None
+    try:
+        return spec_decoding_of(
+            speculative.method, result.features.num_speculative_tokens, workload.spec_mean_acceptance_length
+        )
+    except InvalidSpec as exc:
+        raise InvalidSpec(exc.message, field=f"workload.{ACCEPTANCE_FIELD}") from None
+
+
+ACCEPTANCE_FIELD = "spec_mean_acceptance_length"
+
+
+def acceptance_assumption(spec: SpecDecoding | None, workload: Workload) -> str | None:
+    """The line an option's assumptions carry about the acceptance it was sized with (None: nothing to say)."""
+    if spec is None:
+        if workload.spec_mean_acceptance_length is None:
+            return None
+        return f"workload.{ACCEPTANCE_FIELD} ignored: the plan has no speculative decoding"
+    head = f"speculative decoding ({spec.method}, k = {spec.num_speculative_tokens})"
+    if not spec.proposes:
+        return (
+            f"{head}: no drafts proposed — on random prompts the n-gram matcher finds no match "
+            f"(give workload.{ACCEPTANCE_FIELD} for traffic where it matches)"
+        )
+    source = (
+        "given in the workload"
+        if spec.given
+        else f"the {method_family(spec.method)} default, not measured: give workload.{ACCEPTANCE_FIELD}"
+    )
+    return f"{head}: mean acceptance length {spec.mean_acceptance_length:.2f} ({source})"
+
+
+def with_speculative(option: Option, request: PlanRequest, workload: Workload) -> Option:
+    """The option with the speculative decoding it was sized with, and the assumption line about it."""
+    spec = speculative_of(request, option.plan, workload) if option.plan is not None else None
+    line = acceptance_assumption(spec, workload)
+    if spec is None and line is None:
+        return option
+    return replace(option, speculative=spec, assumptions=(*option.assumptions, *([line] if line else [])))
+
+
+def _evaluate_option(
+    request: PlanRequest,
+    workload: Workload,
+    reasons: list[str],
+    search: Search,
+    planned: CapacityPlan | None = None,
+) -> Option:
+    """``_evaluate`` before the option is told its speculative decoding."""
     model, gpu = request.model, request.gpu
     assert gpu is not None and request.max_model_len is not None
     context = workload.context_tokens
@@ -198,6 +269,7 @@ def _evaluate(
         result = planned if planned is not None else plan(request)
     except InvalidSpec as exc:
         return _rejected(base, "does not fit", [str(exc)], default_mns=0)
+    spec = speculative_of(request, result, workload)  # a 422 before any simulation when out of range
     engine_default_mns, _ = batch_defaults(
         resolve_engine(result.settings.engine),
         gpu,
@@ -262,14 +334,28 @@ def _evaluate(
         )
         return replace(option, sizing="kv-cache")
 
-    bound = _roofline(request, result, workload, kv_limit=kv_limit, cap=cap, step=step)
+    bound = _roofline(
+        request,
+        result,
+        workload,
+        kv_limit=kv_limit,
+        cap=cap,
+        step=step,
+        tokens_per_step=spec.mean_acceptance_length if spec is not None else 1.0,
+    )
     if isinstance(bound, str):
         return _rejected(base, "misses SLO", [bound], default_mns=cap, result=result)
     reasons.extend(bound.reasons)
     if not search.simulate:
         return _sized(base, workload, result, reasons, kv_limit, cap, gpu, bound=bound, simulated=None)
     try:
-        simulated = _simulated(request, workload, cap=cap, search=search)
+        simulated = _simulated(
+            request,
+            workload,
+            cap=cap,
+            search=search,
+            acceptance=workload.spec_mean_acceptance_length if spec is not None else None,
+        )
     except InvalidSpec as exc:
         return _rejected(
             base, "cannot estimate", [f"the serving simulator: {exc}"], default_mns=cap, result=result
@@ -317,8 +403,16 @@ def _roofline(
     kv_limit: int,
     cap: int,
     step: Callable[[int], float],
+    tokens_per_step: float = 1.0,
 ) -> _Roofline | str:
-    """The roofline bound of one replica (service.core.throughput), or why even the roofline misses the SLO."""
+    """The roofline bound of one replica (service.core.throughput), or why even the roofline misses the SLO.
+
+    ``tokens_per_step``: the tokens one decode step gives each request — 1, or under speculative decoding the
+    mean acceptance length L (vLLM's rejection sampler returns the accepted drafts plus one token, the bonus
+    or the correction, per verification: ``vllm/v1/sample/rejection_sampler.py``, V1 from 0.8 to main after
+    0.11; L is ``vllm/v1/spec_decode/metrics.py``' mean acceptance length). The bound's time per output token is then step(batch) / L: the step is timed as a
+    plain decode (one KV and weight read; the 1 + k verified positions and the proposer's passes left out),
+    which keeps it an optimistic ceiling on the simulated rate, as it is without speculative decoding."""
     model, gpu = request.model, request.gpu
     assert gpu is not None
     dtype_bytes = MODEL_DTYPE_BYTES.get(result.settings.dtype, 2)
@@ -329,7 +423,7 @@ def _roofline(
         slo_batch = max_batch_within_tpot(
             model,
             gpu,
-            tpot_seconds=workload.tpot_seconds,
+            tpot_seconds=workload.tpot_seconds * tokens_per_step,
             upper=max(kv_limit, cap),
             weights_bytes=result.memory.weights_bytes,
             kv_bytes_per_token=result.kv_cache.bytes_per_token,
@@ -340,12 +434,13 @@ def _roofline(
         )
         if slo_batch == 0:
             return (
-                f"time per output token is {step(1) * 1e3:.1f} ms even at batch 1 "
+                f"time per output token is {step(1) / tokens_per_step * 1e3:.1f} ms even at batch 1 "
                 f"(SLO {workload.tpot_seconds * 1e3:.1f} ms)"
             )
         reasons.append(
             f"roofline: batches up to {fmt_int(slo_batch)} keep time per output token ≤ "
             f"{workload.tpot_seconds * 1e3:.1f} ms"
+            + (f" ({tokens_per_step:.2f} tokens per step accepted)" if tokens_per_step != 1.0 else "")
         )
     upper = min(kv_limit, cap)
     batch = min(upper, slo_batch) if slo_batch is not None else upper
@@ -364,7 +459,7 @@ def _roofline(
             f"prefill of a {fmt_int(prompt)}-token prompt takes {ttft * 1e3:.0f} ms "
             f"(TTFT SLO {workload.ttft_p95_seconds * 1e3:.0f} ms)"
         )
-    tpot = step(batch)
+    tpot = step(batch) / tokens_per_step
     return _Roofline(
         slo_batch=slo_batch,
         batch=batch,
@@ -413,9 +508,11 @@ def _searched(
     output_tokens: int,
     num_prompts: int,
     time_scale: float = 1.0,
+    spec_mean_acceptance_length: float | None = None,
 ) -> tuple[RateSearchResult, int, int]:
     """``max_rate_within_slo`` for one configuration, cached (requests, SLOs and lengths are all hashable):
-    the result without its timeline (kept small), the simulations it ran, and the peak of running requests."""
+    the result without its timeline (kept small), the simulations it ran, and the peak of running requests.
+    ``spec_mean_acceptance_length``: the workload's, for a plan with speculative decoding (None otherwise)."""
     coefficients = (
         None
         if time_scale == 1.0
@@ -430,6 +527,7 @@ def _searched(
         coefficients=coefficients,
         timeline=False,  # kept small; the peak of running requests comes with the result
         shared=_SHARED_SEARCHES,
+        spec_mean_acceptance_length=spec_mean_acceptance_length,
     )
     sim = found.at_rate
     if sim is None:
@@ -453,8 +551,11 @@ class _RateSearchCache:
         output_tokens: int,
         num_prompts: int,
         time_scale: float = 1.0,
+        spec_mean_acceptance_length: float | None = None,
     ) -> tuple[RateSearchResult, int, int]:
-        return self._cached(request, slo, prompt_tokens, output_tokens, num_prompts, time_scale)
+        return self._cached(
+            request, slo, prompt_tokens, output_tokens, num_prompts, time_scale, spec_mean_acceptance_length
+        )
 
     def cache_info(self) -> _CacheInfo:
         return self._cached.cache_info()
@@ -467,10 +568,19 @@ class _RateSearchCache:
 _rate_search = _RateSearchCache()
 
 
-def _simulated(request: PlanRequest, workload: Workload, *, cap: int, search: Search) -> _Simulated:
-    """The sustainable rate at vLLM's cap, then smaller max_num_seqs while they keep ≥ 98 % of it."""
+def _simulated(
+    request: PlanRequest, workload: Workload, *, cap: int, search: Search, acceptance: float | None
+) -> _Simulated:
+    """The sustainable rate at vLLM's cap, then smaller max_num_seqs while they keep ≥ 98 % of it;
+    ``acceptance``: the mean acceptance length the simulations assume (None: the method's default)."""
     slo = _slo_target(workload)
-    lengths = (workload.prompt_tokens, workload.output_tokens, search.num_prompts, search.time_scale)
+    lengths = (
+        workload.prompt_tokens,
+        workload.output_tokens,
+        search.num_prompts,
+        search.time_scale,
+        acceptance,
+    )
     at_cap = with_changes(request, max_num_seqs=cap, suggest=False, detail=False)
     best, simulations, peak = _rate_search(at_cap, slo, *lengths)
     chosen_mns, chosen = cap, best

@@ -177,9 +177,17 @@ def sweep_figures() -> list[dict[str, Any]]:
     options = sweep(
         PlanRequest(model=model.spec), workload, [g.spec for g in gpus if g], simulate_every_option=True
     )
+    # No option has speculative decoding (``Option.speculative`` is None): its figures are those recorded.
+    assert all(o.speculative is None for o in options)
     return [
         json.loads(
-            json.dumps({f.name: getattr(o, f.name) for f in dataclasses.fields(o) if f.name != "plan"})
+            json.dumps(
+                {
+                    f.name: getattr(o, f.name)
+                    for f in dataclasses.fields(o)
+                    if f.name not in ("plan", "speculative")
+                }
+            )
         )
         for o in options
     ]
