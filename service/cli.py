@@ -359,9 +359,11 @@ def _workload(
     tpot_slo: float | None,
     headroom: float,
     slo_percentile: str = "p99",
+    spec_mean_acceptance_length: float | None = None,
 ) -> dict[str, object]:
     return {
         "slo_percentile": slo_percentile,
+        "spec_mean_acceptance_length": spec_mean_acceptance_length,
         "requests_per_second": requests_per_second,
         "concurrent_users": concurrent_users,
         "prompt_tokens": prompt_tokens,
@@ -394,6 +396,29 @@ SloOpt = Annotated[float | None, typer.Option()]
 PercentileOpt = Annotated[
     str, typer.Option(help="where the SLOs are checked in the simulated distribution: p50, p99 or mean")
 ]
+SpecConfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        help='JSON as vllm serve takes it, e.g. \'{"method": "eagle3", "model": ..., "num_speculative_tokens": 3}\''
+    ),
+]
+AcceptanceOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="with --speculative-config: vLLM's 'Mean acceptance length' of the traffic (1 to 1 + "
+        "num_speculative_tokens); default: the method's"
+    ),
+]
+
+
+def _speculative_fields(speculative_config: str | None) -> dict[str, object]:
+    from service.planning.cli_args import FlagError, json_object_value
+
+    try:
+        speculative = json_object_value("--speculative-config", speculative_config)
+    except FlagError as exc:
+        raise _fail(str(exc)) from None
+    return {} if speculative is None else {"speculative_config": speculative}
 
 
 @app.command()
@@ -416,6 +441,8 @@ def recommend(
     kv_cache_dtype: Annotated[str | None, typer.Option()] = None,
     quantization: Annotated[str | None, typer.Option("--quantization", "-q")] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="cap above vLLM's default only when given")] = None,
+    speculative_config: SpecConfigOpt = None,
+    spec_mean_acceptance_length: AcceptanceOpt = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     server: Annotated[str | None, typer.Option()] = None,
 ) -> None:
@@ -448,7 +475,9 @@ def recommend(
             tpot_slo,
             headroom,
             slo_percentile,
+            spec_mean_acceptance_length,
         ),
+        **_speculative_fields(speculative_config),
     }
     try:
         body = RecommendRequestBody.model_validate(fields)
@@ -488,6 +517,8 @@ def sweep(
     engine: Annotated[str | None, typer.Option()] = None,
     max_model_len: Annotated[int | None, typer.Option()] = None,
     limit: Annotated[int, typer.Option(help="rows to show")] = 25,
+    speculative_config: SpecConfigOpt = None,
+    spec_mean_acceptance_length: AcceptanceOpt = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     server: Annotated[str | None, typer.Option()] = None,
 ) -> None:
@@ -518,7 +549,9 @@ def sweep(
             tpot_slo,
             headroom,
             slo_percentile,
+            spec_mean_acceptance_length,
         ),
+        **_speculative_fields(speculative_config),
     }
     try:
         body = SweepRequestBody.model_validate(fields)

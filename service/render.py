@@ -251,6 +251,13 @@ def render_recommendation(console: Console, result: RecommendationOut) -> None:
         )
         for reason in chosen.reasons:
             console.print(f"  • {reason}", highlight=False)
+        spec = chosen.speculative
+        if spec is not None:
+            console.print(
+                f"  • speculative decoding {spec.method} (k = {spec.num_speculative_tokens}): mean acceptance "
+                f"length {spec.mean_acceptance_length:.2f} ({spec.source})",
+                highlight=False,
+            )
     render_options(console, result.options, title="Options tried")
     for option in result.options:
         if not option.feasible:

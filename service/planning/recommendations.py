@@ -7,12 +7,14 @@ import dataclasses
 from service.catalog.snapshot import CatalogSnapshot
 from service.core.errors import InvalidSpec
 from service.core.recommend import Option, Search, Workload, recommend, sweep
+from service.core.serving.speculative import SpecDecoding
 from service.errors import Unprocessable
 from service.planning.request import build_request
 from service.planning.schemas import (
     OptionOut,
     RecommendationOut,
     RecommendRequestBody,
+    SpeculativeAcceptanceOut,
     SweepOut,
     SweepRequestBody,
     WorkloadIn,
@@ -28,9 +30,27 @@ def to_workload(body: WorkloadIn) -> Workload:
 
 
 def option_out(option: Option) -> OptionOut:
-    data = {f.name: getattr(option, f.name) for f in dataclasses.fields(option) if f.name != "plan"}
+    data = {
+        f.name: getattr(option, f.name)
+        for f in dataclasses.fields(option)
+        if f.name not in ("plan", "speculative")
+    }
     data["num_gpu_blocks"] = option.plan.kv_cache.num_gpu_blocks if option.plan else None
+    data["speculative"] = speculative_out(option.speculative)
     return OptionOut.model_validate(data)
+
+
+def speculative_out(spec: SpecDecoding | None) -> SpeculativeAcceptanceOut | None:
+    if spec is None:
+        return None
+    return SpeculativeAcceptanceOut(
+        method=spec.method,
+        num_speculative_tokens=spec.num_speculative_tokens,
+        mean_acceptance_length=spec.mean_acceptance_length,
+        source="given" if spec.given else "method default",
+        position_acceptance=spec.position_acceptance,
+        proposes=spec.proposes,
+    )
 
 
 def make_recommendation(

@@ -400,6 +400,12 @@ class WorkloadIn(Schema):
     slo_percentile: Literal["p50", "p99", "mean"] = Field(
         default="p99", description="where the TTFT and TPOT SLOs are checked in the simulated distribution"
     )
+    spec_mean_acceptance_length: Annotated[float, Field(ge=1, le=1_000)] | None = Field(
+        default=None,
+        description="speculative decoding only: vLLM's 'Mean acceptance length' of this traffic (1 + accepted "
+        "draft tokens per draft, bonus token included), at most 1 + num_speculative_tokens; null: the method's "
+        "default; ignored (with a note in the assumptions) for a plan without speculative_config",
+    )
 
     @model_validator(mode="after")
     def _one_demand(self) -> WorkloadIn:
@@ -430,6 +436,25 @@ class RecommendRequestBody(PlanSettings):
     def _one_gpu_kind(self) -> RecommendRequestBody:
         no_stage_gpus(self, "a recommendation")
         return self
+
+
+class SpeculativeAcceptanceOut(BaseModel):
+    """The speculative decoding an option is sized with (``service.core.serving.speculative.SpecDecoding``)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    method: str
+    num_speculative_tokens: int
+    mean_acceptance_length: float = Field(
+        description="vLLM's 'Mean acceptance length' the simulations assume (1 when nothing is proposed)"
+    )
+    source: Literal["given", "method default"] = Field(
+        description="given: workload.spec_mean_acceptance_length; method default: the method's assumed acceptance"
+    )
+    position_acceptance: float = Field(description="the per-position acceptance α of the chain behind it")
+    proposes: bool = Field(
+        description="false: the proposer finds nothing to propose (ngram/suffix by default)"
+    )
 
 
 class OptionOut(BaseModel):
@@ -468,6 +493,10 @@ class OptionOut(BaseModel):
     sizing: Literal["simulated", "roofline", "kv-cache"] = Field(
         default="simulated",
         description="simulated; roofline (a sweep option not simulated, optimistic); kv-cache (GPU lacks figures)",
+    )
+    speculative: SpeculativeAcceptanceOut | None = Field(
+        default=None,
+        description="the acceptance the option is sized with (null for a plan without speculative_config)",
     )
 
 
