@@ -339,9 +339,13 @@ def _recommended(
             fits=False,
             sizing="none",
             reason=f"no tensor-parallel size serves the workload: {rejected}" if rejected else "nothing fits",
+            speculative=next((o.speculative for o in recommendation.options if o.speculative), None),
         )
     # The core's own explanation: the demand ÷ per-replica capacity line, and why a larger TP won if it did.
     sizing_lines = [r for r in chosen.reasons if "→" in r or r.startswith("tensor-parallel-size")]
+    sizing_lines += [
+        a for a in chosen.assumptions if a.startswith("workload.spec_mean_acceptance_length ignored")
+    ]
     return ReplanSide(
         gpu=recommendation.gpu.name,
         engine=result.settings.engine,
@@ -353,6 +357,7 @@ def _recommended(
         fits=True,
         sizing=chosen.sizing,
         reason="; ".join(sizing_lines) or None,
+        speculative=chosen.speculative,
     )
 
 

@@ -71,13 +71,19 @@ def request_body(
     namespace: str | None,
     labels: dict[str, str],
     simulate: bool,
+    spec_mean_acceptance_length: float | None = None,
 ) -> dict[str, Any]:
     """The request, validated here first so a typo is exit 2 without a round trip."""
     from pydantic import ValidationError
 
     from service.deployments.schemas import ReplanRequest
 
-    slo = {"ttft_p95_seconds": ttft_slo, "tpot_seconds": tpot_slo, "slo_percentile": slo_percentile}
+    slo = {
+        "ttft_p95_seconds": ttft_slo,
+        "tpot_seconds": tpot_slo,
+        "slo_percentile": slo_percentile,
+        "spec_mean_acceptance_length": spec_mean_acceptance_length,
+    }
     fields: dict[str, Any] = {
         "traffic_multiplier": traffic,
         "slo": {k: v for k, v in slo.items() if v is not None} or None,
@@ -256,6 +262,13 @@ def replan_command(
     slo_percentile: Annotated[
         str | None, typer.Option(help="where the SLOs are checked: p50, p99 or mean")
     ] = None,
+    spec_mean_acceptance_length: Annotated[
+        float | None,
+        typer.Option(
+            help="vLLM's 'Mean acceptance length' for every deployment with speculative decoding "
+            "(default: each workload's own, else the method's)"
+        ),
+    ] = None,
     engine: Annotated[str | None, typer.Option(help="another vLLM release, e.g. vllm-0.11")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", "-g", help="another catalog GPU type")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
@@ -281,6 +294,7 @@ def replan_command(
         namespace=namespace,
         labels=parse_labels(label),
         simulate=simulate,
+        spec_mean_acceptance_length=spec_mean_acceptance_length,
     )
     server = url or os.environ.get("KVCAP_URL") or DEFAULT_URL
     result = stream_replan(server, body, timeout)

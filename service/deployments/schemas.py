@@ -26,6 +26,7 @@ from service.planning.schemas import (
     RecommendationOut,
     RefName,
     Schema,
+    SpeculativeAcceptanceOut,
     WorkloadIn,
     first_stage_gpu,
     no_stage_gpus,
@@ -146,6 +147,11 @@ class SloChange(Schema):
     ttft_p95_seconds: Annotated[float, Field(gt=0, le=3600)] | None = None
     tpot_seconds: Annotated[float, Field(gt=0, le=60)] | None = None
     slo_percentile: Literal["p50", "p99", "mean"] | None = None
+    spec_mean_acceptance_length: Annotated[float, Field(ge=1, le=1_000)] | None = Field(
+        default=None,
+        description="vLLM's 'Mean acceptance length' for every deployment with speculative decoding (at most "
+        "1 + its num_speculative_tokens, else that deployment is an error); ignored for the others",
+    )
 
 
 class ReplanRequest(Schema):
@@ -182,6 +188,10 @@ class ReplanSide(BaseModel):
     fits: bool | None
     sizing: Literal["registered", "simulated", "roofline", "kv-cache", "scaled", "none"]
     reason: str | None
+    speculative: SpeculativeAcceptanceOut | None = Field(
+        default=None,
+        description="new side: the speculative decoding acceptance the replicas are sized with (null without it)",
+    )
 
 
 class ReplanDelta(BaseModel):

@@ -20,6 +20,7 @@ from service.api.pagination import Page, PageParams
 from service.catalog.snapshot import CatalogSnapshot
 from service.core.errors import InvalidSpec
 from service.core.planner import plan
+from service.core.recommend import speculative_of
 from service.db.session import after_commit
 from service.deployments.orm import DeploymentEntry
 from service.deployments.repository import DeploymentRepository
@@ -34,7 +35,7 @@ from service.errors import Conflict, NotFound, Unprocessable
 from service.live.guard import TargetGuard, TargetRefused
 from service.live.schemas import parse_live_source, source_urls
 from service.planning.calibration import CalibrationHolder
-from service.planning.recommendations import make_recommendation
+from service.planning.recommendations import make_recommendation, to_workload
 from service.planning.request import build_request
 from service.planning.schemas import PlanRequestBody, RecommendRequestBody
 from service.planning.service import make_plan, resolve_gpu_ref, resolve_model_ref
@@ -71,17 +72,19 @@ def validate_deployment(data: DeploymentCreate, catalog: CatalogSnapshot, guard:
     model = resolve_model_ref(catalog, data.model)
     gpu, _ = resolve_gpu_ref(catalog, data.gpu)
     try:
-        plan(
-            build_request(
-                model.spec,
-                gpu,
-                data,
-                implied_quantization=model.implied_quantization,
-                snapshot=catalog,
-                suggest=False,
-                detail=False,
-            )
+        request = build_request(
+            model.spec,
+            gpu,
+            data,
+            implied_quantization=model.implied_quantization,
+            snapshot=catalog,
+            suggest=False,
+            detail=False,
         )
+        result = plan(request)
+        if data.workload is not None:
+            # The workload's acceptance must be one the plan's k drafts can reach (1 + k at most).
+            speculative_of(request, result, to_workload(data.workload))
     except InvalidSpec as exc:
         raise Unprocessable.for_field(exc.field, exc.message) from None
     if data.live is not None:

@@ -94,6 +94,7 @@ async def test_traffic_multiplier_deltas_match_independent_recommendations(clien
             "fits": True,
             "sizing": "registered",
             "reason": None,
+            "speculative": None,  # the registered side sizes nothing (and has no speculative_config here)
         }
         assert new["gpu"] == expected["gpu"] == H100
         assert new["tensor_parallel_size"] == expected["tensor_parallel_size"]
