@@ -83,7 +83,11 @@ class LatencyFit:
     observation: Mapping[str, Any]
 
 
-def _simulated_means(replica: Replica, load: ObservedLoad, scale: float) -> tuple[float, float]:
+def _simulated_means(
+    replica: Replica, load: ObservedLoad, scale: float, acceptance: float | None = None
+) -> tuple[float, float]:
+    """Mean TTFT and TPOT at the observed load; ``acceptance``: the registered workload's mean acceptance
+    length under speculative decoding (None: the method's default; ignored without speculative decoding)."""
     spec = BenchmarkSpec(
         dataset_name="random",
         num_prompts=LATENCY_NUM_PROMPTS,
@@ -91,6 +95,7 @@ def _simulated_means(replica: Replica, load: ObservedLoad, scale: float) -> tupl
         random_input_len=load.prompt_tokens,
         random_output_len=load.output_tokens,
         ready_check_timeout_sec=0,  # live traffic: no benchmark client primes the prefix cache
+        spec_mean_acceptance_length=acceptance,
     )
     result = simulate(
         replica.request, spec, plan=replica.plan, coefficients=scaled_coefficients(scale)
@@ -103,15 +108,17 @@ class LatencyPredictions:
 
     def __init__(self) -> None:
         self.latency: Mapping[DeploymentKey, PredictedLatency] = {}
-        self._cache: dict[tuple[str, ObservedLoad, float], tuple[float, float]] = {}
+        self._cache: dict[tuple[str, ObservedLoad, float, float | None], tuple[float, float]] = {}
 
-    def _means(self, replica: Replica, load: ObservedLoad, scale: float) -> tuple[float, float]:
-        key = (calibration_key(replica.response), load, scale)
+    def _means(
+        self, replica: Replica, load: ObservedLoad, scale: float, acceptance: float | None = None
+    ) -> tuple[float, float]:
+        key = (calibration_key(replica.response), load, scale, acceptance)
         found = self._cache.get(key)
         if found is None:
             if len(self._cache) > 4096:
                 self._cache.clear()
-            found = self._cache[key] = _simulated_means(replica, load, scale)
+            found = self._cache[key] = _simulated_means(replica, load, scale, acceptance)
         return found
 
     def update(
@@ -138,8 +145,10 @@ class LatencyPredictions:
             try:
                 replica = resolve_replica(snapshot, plan_body(deployment))
                 scale = scales.scale_for(replica.response)
-                ttft, tpot = self._means(replica, load, scale)
-                _, model_tpot = self._means(replica, load, 1.0) if scale != 1.0 else (ttft, tpot)
+                workload = deployment.workload
+                acceptance = workload.spec_mean_acceptance_length if workload is not None else None
+                ttft, tpot = self._means(replica, load, scale, acceptance)
+                _, model_tpot = self._means(replica, load, 1.0, acceptance) if scale != 1.0 else (ttft, tpot)
             except (ServiceError, InvalidSpec, ValidationError, ValueError) as exc:
                 logger.info("no latency prediction for %s/%s: %s", *key, exc)
                 continue

@@ -178,3 +178,37 @@ def test_the_deployment_plan_sizes_replicas_with_the_scale_fitted_for_its_config
         < base.recommended.simulated_requests_per_second_per_replica
     )
     assert scaled.recommended.replicas >= base.recommended.replicas
+
+
+SPEC_SETTINGS = SETTINGS | {"speculative_config": {"model": "llama-3.2-1b", "num_speculative_tokens": 3}}
+
+
+def spec_tpot(length: float | None) -> float:
+    replica = resolve_replica(builtin_snapshot(), PlanRequestBody.model_validate(SPEC_SETTINGS))
+    spec = BenchmarkSpec(
+        num_prompts=LATENCY_NUM_PROMPTS,
+        request_rate=4.0,
+        random_input_len=1000,
+        random_output_len=200,
+        ready_check_timeout_sec=0,
+        spec_mean_acceptance_length=length,
+    )
+    return simulate(replica.request, spec, plan=replica.plan).result.mean_tpot_ms / 1e3
+
+
+def test_a_speculative_deployments_prediction_uses_its_registered_acceptance() -> None:
+    workload = {"requests_per_second": 4, "prompt_tokens": 1000, "output_tokens": 200}
+    predictions = {}
+    for length in (None, 3.5):
+        deployment = DEPLOYMENT.model_copy(
+            update={
+                "speculative_config": PlanRequestBody.model_validate(SPEC_SETTINGS).speculative_config,
+                "workload": WorkloadIn.model_validate(workload | {"spec_mean_acceptance_length": length}),
+            }
+        )
+        latency = LatencyPredictions()
+        latency.update(builtin_snapshot(), [deployment], {("llm", "chat"): observed(0.01)}, StepTimeScales())  # type: ignore[dict-item]
+        predictions[length] = latency.latency[("llm", "chat")].tpot_seconds
+    assert predictions[3.5] == pytest.approx(spec_tpot(3.5))
+    assert predictions[None] == pytest.approx(spec_tpot(None))  # the draft model's default, 2.18
+    assert predictions[3.5] < predictions[None]  # more accepted drafts, fewer steps per token
