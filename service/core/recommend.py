@@ -236,8 +236,11 @@ def acceptance_assumption(spec: SpecDecoding | None, workload: Workload) -> str 
 
 
 def with_speculative(option: Option, request: PlanRequest, workload: Workload) -> Option:
-    """The option with the speculative decoding it was sized with, and the assumption line about it."""
-    spec = speculative_of(request, option.plan, workload) if option.plan is not None else None
+    """The option with the speculative decoding it was sized with, and the assumption line about it (an
+    option refused before planning has no plan to tell)."""
+    if option.plan is None:
+        return option
+    spec = speculative_of(request, option.plan, workload)
     line = acceptance_assumption(spec, workload)
     if spec is None and line is None:
         return option
