@@ -152,7 +152,9 @@ def test_settings_added_later_keep_the_keys_stored_before_them() -> None:
     plan = make_plan(catalog, PlanRequestBody.model_validate(body))
     settings = plan.settings.model_dump()
     assert settings["enable_prefix_caching"] is True and settings["disable_sliding_window"] is False
-    before = {k: v for k, v in settings.items() if k not in ("enable_prefix_caching", "disable_sliding_window")}
+    before = {
+        k: v for k, v in settings.items() if k not in ("enable_prefix_caching", "disable_sliding_window")
+    }
     before = {k: v for k, v in before.items() if v is not None or not k.startswith("pipeline_")}
     canonical = json.dumps(
         {"model": "mistral-7b-v0.1", "gpu": "a100-sxm4-80gb", **before}, sort_keys=True, separators=(",", ":")
