@@ -75,6 +75,7 @@ def request_for(case: dict[str, Any]) -> PlanRequest:
         enable_prefix_caching=False if "--no-enable-prefix-caching" in args else None,
         mamba_cache_dtype=_flag(args, "--mamba-cache-dtype"),
         mamba_ssm_cache_dtype=_flag(args, "--mamba-ssm-cache-dtype"),
+        num_gpu_blocks_override=_int_flag(args, "--num-gpu-blocks-override"),
         cpu_avx512_bf16=case.get("host", {}).get("avx512_bf16", True),
         features=features_for(case),
     )

@@ -1432,6 +1432,173 @@ def falcon_new_decoder() -> dict[str, Any]:
     return cfg
 
 
+def with_head_dim(cfg: dict[str, Any], head_dim: int) -> dict[str, Any]:
+    """``cfg`` with a ``head_dim`` key that disagrees with hidden_size // num_attention_heads."""
+    return {**cfg, "head_dim": head_dim}
+
+
+def cohere_v1() -> dict[str, Any]:
+    """Command-R v1 (CohereForCausalLM): no sliding window, parallel attention + MLP, LayerNorm, logit_scale."""
+    cfg = dense_decoder(
+        "CohereForCausalLM",
+        "cohere",
+        logit_scale=0.0625,
+        layer_norm_eps=1e-5,
+        use_qk_norm=False,
+        tie_word_embeddings=True,
+    )
+    del cfg["rms_norm_eps"]
+    return cfg
+
+
+def gpt2() -> dict[str, Any]:
+    """GPT-2: n_embd / n_head / n_layer / n_positions, MHA, learned positions."""
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "n_embd": 256,
+        "n_head": 8,
+        "n_layer": 4,
+        "n_positions": 2048,
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float16",
+    }
+
+
+def mamba1(arch: str = "MambaForCausalLM", model_type: str = "mamba", layers: int = 4) -> dict[str, Any]:
+    """Mamba (v1) / FalconMamba: a selective-scan mixer in every layer, expand × hidden channels."""
+    return {
+        "architectures": [arch],
+        "model_type": model_type,
+        "hidden_size": 256,
+        "num_hidden_layers": layers,
+        "state_size": 16,
+        "conv_kernel": 4,
+        "expand": 2,
+        "time_step_rank": 16,
+        "use_conv_bias": True,
+        "use_bias": False,
+        "layer_norm_epsilon": 1e-5,
+        "residual_in_fp32": True,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        **({"mixer_rms_eps": 1e-6} if model_type == "falcon_mamba" else {}),
+    }
+
+
+def deepseek_v1_moe() -> dict[str, Any]:
+    """DeepSeek-MoE v1 (DeepseekForCausalLM): first layer dense, then 4 routed + 1 shared expert, 2 KV heads."""
+    return dense_decoder(
+        "DeepseekForCausalLM",
+        "deepseek",
+        moe_intermediate_size=128,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+        moe_layer_freq=1,
+        norm_topk_prob=False,
+        scoring_func="softmax",
+    )
+
+
+def qwen3_5_text(layers: int = 4) -> dict[str, Any]:
+    """Qwen3.5 dense text model: gated DeltaNet layers with every 4th layer gated full attention."""
+    cfg = qwen3_next(layers)
+    for key in (
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+        "norm_topk_prob",
+        "full_attention_interval",
+    ):
+        del cfg[key]
+    cfg.update(
+        {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "attn_output_gate": True}
+    )
+    return cfg
+
+
+def gemma4_text(layers: int = 6) -> dict[str, Any]:
+    """Gemma 4 text: 5 sliding : 1 full, sliding heads 32 wide, full layers global_head_dim 64."""
+    return {
+        "architectures": ["Gemma4ForCausalLM"],
+        "model_type": "gemma4_text",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "global_head_dim": 64,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+        "sliding_window": 512,
+        "final_logit_softcapping": None,
+        "hidden_size_per_layer_input": 0,
+        "vocab_size_per_layer_input": 1024,
+        "vocab_size": 1024,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def persimmon() -> dict[str, Any]:
+    """Persimmon (Adept): removed from vLLM's own models after 0.25; partial rotary, MHA."""
+    return {
+        "architectures": ["PersimmonForCausalLM"],
+        "model_type": "persimmon",
+        "hidden_size": 256,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "hidden_act": "relu2",
+        "max_position_embeddings": 4096,
+        "layer_norm_eps": 1e-5,
+        "rope_theta": 25000.0,
+        "partial_rotary_factor": 0.5,
+        "qk_layernorm": True,
+        "vocab_size": 1024,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def dots1() -> dict[str, Any]:
+    """dots.llm1 (Dots1ForCausalLM): removed from vLLM's own models after 0.23; DeepSeek-V3-style MoE on GQA."""
+    return dense_decoder(
+        "Dots1ForCausalLM",
+        "dots1",
+        head_dim=32,
+        moe_intermediate_size=128,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.0,
+    )
+
+
 CASES: list[Case] = [
     Case(
         "llama-mha",
@@ -2322,6 +2489,165 @@ CASES: list[Case] = [
         zamba2(["mamba", "mamba", "hybrid", "mamba"]),
         max_model_len=4096,
         extra_args=(*SCHED_ARGS, "--no-enable-prefix-caching"),
+    ),
+    Case(
+        "cohere-command-r-v1",
+        "Command-R v1 (CohereForCausalLM), 4 layers, 2 KV heads × 32, no sliding window.",
+        cohere_v1(),
+        max_model_len=2048,
+    ),
+    Case(
+        "gpt2-mha",
+        "GPT-2, 4 layers, 8 heads = 8 KV heads × 32 (MHA), n_positions 2,048, fp16.",
+        gpt2(),
+        max_model_len=2048,
+    ),
+    Case(
+        "mamba1-pure",
+        "Mamba (v1), 4 layers, expand 2 × hidden 256, state 16, conv 4: one constant state page per request.",
+        mamba1(),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "falcon-mamba-pure",
+        "FalconMamba (Mamba v1 mixer with RMS-normed B/C/dt), 4 layers, expand 2 × 256, state 16.",
+        mamba1("FalconMambaForCausalLM", "falcon_mamba"),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "olmo1",
+        "OLMo 1 (OlmoForCausalLM, Transformers backend), 4 layers, MHA 8 × 32, clip_qkv.",
+        dense_decoder("OlmoForCausalLM", "olmo", num_key_value_heads=8, clip_qkv=8.0, attention_bias=False),
+        max_model_len=2048,
+    ),
+    Case(
+        "glm-dense-partial-rotary",
+        "GLM (GlmForCausalLM, Transformers backend), 4 layers, 2 KV heads × head_dim 64, partial_rotary_factor 0.5.",
+        dense_decoder(
+            "GlmForCausalLM",
+            "glm",
+            num_attention_heads=4,
+            head_dim=64,
+            partial_rotary_factor=0.5,
+            attention_bias=True,
+        ),
+        max_model_len=2048,
+    ),
+    Case(
+        "arcee",
+        "Arcee (AFM, ArceeForCausalLM, Transformers backend), 4 layers, 2 KV heads × 32, relu2 MLP.",
+        dense_decoder("ArceeForCausalLM", "arcee", hidden_act="relu2"),
+        max_model_len=2048,
+    ),
+    Case(
+        "apertus",
+        "Apertus (ApertusForCausalLM), 4 layers, 2 KV heads × head_dim 48, xIELU, q/k norm.",
+        dense_decoder("ApertusForCausalLM", "apertus", head_dim=48, hidden_act="xielu", qk_norm=True),
+        max_model_len=2048,
+    ),
+    Case(
+        "deepseek-v1-moe",
+        "DeepSeek-MoE v1 (DeepseekForCausalLM), 4 layers (first dense), 4 routed + 1 shared expert, 2 KV heads × 32.",
+        deepseek_v1_moe(),
+        max_model_len=2048,
+    ),
+    Case(
+        "ernie45-dense",
+        "ERNIE 4.5 dense (Ernie4_5ForCausalLM), 4 layers, 2 KV heads × head_dim 64.",
+        dense_decoder("Ernie4_5ForCausalLM", "ernie4_5", num_attention_heads=4, head_dim=64, use_bias=False),
+        max_model_len=2048,
+    ),
+    Case(
+        "persimmon-removed",
+        "Persimmon (removed from vLLM's models after 0.25): does it start on the Transformers backend?",
+        persimmon(),
+        max_model_len=2048,
+    ),
+    Case(
+        "dots1-removed",
+        "dots.llm1 (removed from vLLM's models after 0.23): does it start on the Transformers backend?",
+        dots1(),
+        max_model_len=2048,
+    ),
+    Case(
+        "qwen3-5-hybrid",
+        "Qwen3.5 dense text, 4 layers (3 gated DeltaNet : 1 gated attention), 2 KV heads × 64.",
+        qwen3_5_text(4),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma4-hybrid-6l",
+        "Gemma 4 text, 6 layers (5 sliding 512 with heads of 32 : 1 full with global_head_dim 64), 2 KV heads.",
+        gemma4_text(6),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "qwen2-head-dim-ignored",
+        "Qwen2 with head_dim 64 in config.json; qwen2.py sizes heads as hidden 256 // 8 heads = 32.",
+        with_head_dim(qwen2(use_sliding_window=False, max_window_layers=4), 64),
+        max_model_len=2048,
+    ),
+    Case(
+        "granitemoe-head-dim-ignored",
+        "Granite 3.0 MoE with head_dim 64 in config.json; granitemoe.py uses hidden // heads = 32.",
+        with_head_dim(granitemoe(), 64),
+        max_model_len=2048,
+    ),
+    Case(
+        "olmoe-head-dim-ignored",
+        "OLMoE with head_dim 64 in config.json; olmoe.py uses hidden // heads = 32.",
+        with_head_dim(olmoe(), 64),
+        max_model_len=2048,
+    ),
+    Case(
+        "gptj-head-dim-ignored",
+        "GPT-J with head_dim 64 in config.json; gpt_j.py uses n_embd // n_head = 32.",
+        with_head_dim(gptj(), 64),
+        max_model_len=2048,
+    ),
+    Case(
+        "opt-head-dim-ignored",
+        "OPT with head_dim 64 in config.json; opt.py uses hidden // heads = 32.",
+        with_head_dim(opt(), 64),
+        max_model_len=2048,
+    ),
+    Case(
+        "mixtral-head-dim-64",
+        "Mixtral with head_dim 64 (hidden 256 // 8 = 32): mixtral.py honours head_dim.",
+        with_head_dim(mixtral(), 64),
+        max_model_len=2048,
+    ),
+    Case(
+        "granite-hybrid-ssm-fp32",
+        "Case granite-hybrid-mamba2 with --mamba-ssm-cache-dtype float32.",
+        granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "float32"),
+    ),
+    Case(
+        "granite-hybrid-mamba-cache-fp32",
+        "Case granite-hybrid-mamba2 with --mamba-cache-dtype float32 (conv and SSM state).",
+        granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-cache-dtype", "float32"),
+    ),
+    Case(
+        "qwen3-next-fp8kv",
+        "Case qwen3-next-hybrid with --kv-cache-dtype fp8 (attention pages halve, the DeltaNet state does not).",
+        qwen3_next(4),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--kv-cache-dtype", "fp8"),
+    ),
+    Case(
+        "llama-gqa-blocks-override",
+        "Case llama-gqa with --num-gpu-blocks-override 100.",
+        llama(),
+        max_model_len=2048,
+        extra_args=("--num-gpu-blocks-override", "100"),
     ),
 ]
 
