@@ -800,7 +800,10 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     notes = [origin] if origin else []
 
     layers = r.int_("num_hidden_layers", "n_layer", "num_layers", "n_layers", required=True)
-    heads = r.int_("num_attention_heads", "n_head", "num_heads", "n_heads", required=True)
+    # transformers' MambaConfig and FalconMambaConfig have no attention heads at all (vLLM's mamba.py builds none);
+    # one nominal head keeps the spec whole and pages nothing.
+    attention_free = model_type in ("mamba", "falcon_mamba")
+    heads = r.int_("num_attention_heads", "n_head", "num_heads", "n_heads", required=not attention_free) or 1
     hidden = r.int_("hidden_size", "n_embd", "d_model", required=True)
     vocab = r.int_("vocab_size", "padded_vocab_size", required=True)
     assert layers is not None and heads is not None and hidden is not None and vocab is not None
