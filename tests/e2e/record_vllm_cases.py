@@ -1496,22 +1496,6 @@ def mamba1(arch: str = "MambaForCausalLM", model_type: str = "mamba", layers: in
     }
 
 
-def deepseek_v1_moe() -> dict[str, Any]:
-    """DeepSeek-MoE v1 (DeepseekForCausalLM): first layer dense, then 4 routed + 1 shared expert, 2 KV heads."""
-    return dense_decoder(
-        "DeepseekForCausalLM",
-        "deepseek",
-        moe_intermediate_size=128,
-        n_routed_experts=4,
-        n_shared_experts=1,
-        num_experts_per_tok=2,
-        first_k_dense_replace=1,
-        moe_layer_freq=1,
-        norm_topk_prob=False,
-        scoring_func="softmax",
-    )
-
-
 def qwen3_5_text(layers: int = 4) -> dict[str, Any]:
     """Qwen3.5 dense text model: gated DeltaNet layers with every 4th layer gated full attention."""
     cfg = qwen3_next(layers)
@@ -2532,6 +2516,7 @@ CASES: list[Case] = [
             head_dim=64,
             partial_rotary_factor=0.5,
             attention_bias=True,
+            pad_token_id=0,  # GlmConfig's default (151329) is outside the shrunk vocabulary
         ),
         max_model_len=2048,
     ),
@@ -2548,20 +2533,14 @@ CASES: list[Case] = [
         max_model_len=2048,
     ),
     Case(
-        "deepseek-v1-moe",
-        "DeepSeek-MoE v1 (DeepseekForCausalLM), 4 layers (first dense), 4 routed + 1 shared expert, 2 KV heads × 32.",
-        deepseek_v1_moe(),
-        max_model_len=2048,
-    ),
-    Case(
         "ernie45-dense",
         "ERNIE 4.5 dense (Ernie4_5ForCausalLM), 4 layers, 2 KV heads × head_dim 64.",
         dense_decoder("Ernie4_5ForCausalLM", "ernie4_5", num_attention_heads=4, head_dim=64, use_bias=False),
         max_model_len=2048,
     ),
     Case(
-        "persimmon-removed",
-        "Persimmon (removed from vLLM's models after 0.25): does it start on the Transformers backend?",
+        "persimmon-transformers-fallback",
+        "Persimmon (removed from vLLM's own models after 0.25) starts on the Transformers backend: MHA 8 × 32.",
         persimmon(),
         max_model_len=2048,
     ),
@@ -2582,6 +2561,20 @@ CASES: list[Case] = [
         "gemma4-hybrid-6l",
         "Gemma 4 text, 6 layers (5 sliding 512 with heads of 32 : 1 full with global_head_dim 64), 2 KV heads.",
         gemma4_text(6),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma4-k-eq-v",
+        "Gemma 4 text, 6 layers, attention_k_eq_v: the full layer keeps num_global_key_value_heads 1 × 64, sliding 2 × 32.",
+        {**gemma4_text(6), "attention_k_eq_v": True, "num_global_key_value_heads": 1},
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "gemma4-kv-shared",
+        "Gemma 4 text, 8 layers (the last forced full), the last 2 reuse earlier layers' KV (num_kv_shared_layers 2).",
+        {**gemma4_text(8), "num_kv_shared_layers": 2},
         max_model_len=4096,
         extra_args=SCHED_ARGS,
     ),
