@@ -9,7 +9,9 @@ engine:
   the first of ``n_head_kv``, ``num_kv_heads``, ``num_key_value_heads``, ``multi_query_group_num``, else the
   attention heads (MHA);
 * head size (``get_head_size``): MLA → ``kv_lora_rank + qk_rope_head_dim``; else ``head_dim``, else
-  ``hidden_size_per_head``, else ``hidden_size // num_attention_heads``;
+  ``hidden_size_per_head``, else ``hidden_size // num_attention_heads`` — except for the families whose model file
+  sizes its heads from the hidden size whatever ``head_dim`` says (``_HEAD_DIM_FROM_HIDDEN_TYPES``), and Gemma 4,
+  whose full-attention layers take ``global_head_dim``;
 * layer kinds: ``layer_types`` when present; else the family's pattern (Gemma 2 alternates starting with a
   sliding layer, Gemma 3 / Cohere 2 use ``sliding_window_pattern``, Qwen3-Next ``full_attention_interval``,
   Jamba ``attn_layer_period``/``attn_layer_offset``, Qwen2-style ``use_sliding_window`` + ``max_window_layers``,
@@ -128,6 +130,35 @@ _QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})
 # sliding_window, pos], i.e. sliding_window + 1 tokens"): vllm/model_executor/models/commandr.py and
 # cohere2_moe.py, 0.32.0. The +1 also sizes the layer's KV (SlidingWindowSpec.sliding_window).
 _WINDOW_PLUS_ONE_TYPES = frozenset({"cohere2", "cohere2_moe"})
+# Families whose vLLM attention sizes its heads as ``hidden_size // num_attention_heads`` and never reads a
+# ``head_dim`` key (vLLM 0.32.0, vllm/model_executor/models/: gpt2.py GPT2Attention, gpt_j.py GPTJAttention,
+# opt.py OPTAttention, bloom.py BloomAttention, falcon.py FalconAttention, stablelm.py StablelmAttention,
+# granitemoe.py GraniteMoeAttention, olmoe.py OlmoeAttention, qwen2.py Qwen2Attention, qwen2_moe.py
+# Qwen2MoeAttention, dbrx.py DbrxAttention, chatglm.py GLMAttention, minicpm.py MiniCPMAttention, internlm2.py
+# InternLM2Attention, orion.py OrionAttention, step1.py, and deepseek_v2.py DeepseekAttention, which
+# DeepseekV2DecoderLayer picks for model_type "deepseek"). The KV cache is paged from the layer's own head size,
+# so a published ``head_dim`` that disagrees does not count for these families.
+_HEAD_DIM_FROM_HIDDEN_TYPES = frozenset(
+    {
+        "gpt2",
+        "gptj",
+        "opt",
+        "bloom",
+        *_FALCON_MODEL_TYPES,
+        "stablelm",
+        "granitemoe",
+        "olmoe",
+        "qwen2",
+        "qwen2_moe",
+        "dbrx",
+        "chatglm",
+        "minicpm",
+        "internlm2",
+        "orion",
+        "step1",
+        "deepseek",
+    }
+)
 # Families whose vLLM model gives every layer ``cache_config.sliding_window`` (no per-layer window):
 # vllm/model_executor/models/qwen2_moe.py and qwen3_moe.py, 0.32.0. See ``_uniform_window_kinds``.
 _UNIFORM_WINDOW_TYPES = frozenset({"qwen2_moe", "qwen3_moe"})
@@ -842,6 +873,13 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
         )
     else:
         explicit_head = r.int_("head_dim", "hidden_size_per_head")
+        if explicit_head is not None and model_type in _HEAD_DIM_FROM_HIDDEN_TYPES and not hidden % heads:
+            if explicit_head != hidden // heads:
+                notes.append(
+                    f"{model_type}: vLLM sizes heads as hidden_size // num_attention_heads = {hidden // heads} "
+                    f"and ignores head_dim {explicit_head}"
+                )
+            explicit_head = hidden // heads
         if explicit_head is not None:
             head_dim = explicit_head
         else:

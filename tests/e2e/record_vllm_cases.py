@@ -1496,26 +1496,6 @@ def mamba1(arch: str = "MambaForCausalLM", model_type: str = "mamba", layers: in
     }
 
 
-def qwen3_5_text(layers: int = 4) -> dict[str, Any]:
-    """Qwen3.5 dense text model: gated DeltaNet layers with every 4th layer gated full attention."""
-    cfg = qwen3_next(layers)
-    for key in (
-        "num_experts",
-        "num_experts_per_tok",
-        "moe_intermediate_size",
-        "shared_expert_intermediate_size",
-        "decoder_sparse_step",
-        "mlp_only_layers",
-        "norm_topk_prob",
-        "full_attention_interval",
-    ):
-        del cfg[key]
-    cfg.update(
-        {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text", "attn_output_gate": True}
-    )
-    return cfg
-
-
 def gemma4_text(layers: int = 6) -> dict[str, Any]:
     """Gemma 4 text: 5 sliding : 1 full, sliding heads 32 wide, full layers global_head_dim 64."""
     return {
@@ -2545,17 +2525,10 @@ CASES: list[Case] = [
         max_model_len=2048,
     ),
     Case(
-        "dots1-removed",
-        "dots.llm1 (removed from vLLM's models after 0.23): does it start on the Transformers backend?",
+        "dots1-transformers-fallback",
+        "dots.llm1 (removed from vLLM's own models after 0.23) starts on the Transformers MoE backend: 2 KV heads × 32.",
         dots1(),
         max_model_len=2048,
-    ),
-    Case(
-        "qwen3-5-hybrid",
-        "Qwen3.5 dense text, 4 layers (3 gated DeltaNet : 1 gated attention), 2 KV heads × 64.",
-        qwen3_5_text(4),
-        max_model_len=4096,
-        extra_args=SCHED_ARGS,
     ),
     Case(
         "gemma4-hybrid-6l",
