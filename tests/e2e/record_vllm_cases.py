@@ -2552,6 +2552,23 @@ CASES: list[Case] = [
         extra_args=SCHED_ARGS,
     ),
     Case(
+        "olmo-hybrid",
+        "OLMo Hybrid, 4 layers (3 gated DeltaNet : 1 attention), 2 KV heads × hidden // heads = 32.",
+        dense_decoder(
+            "OlmoHybridForCausalLM",
+            "olmo_hybrid",
+            layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+            linear_num_key_heads=4,
+            linear_num_value_heads=8,
+            linear_key_head_dim=32,
+            linear_value_head_dim=64,
+            linear_conv_kernel_dim=4,
+            pad_token_id=0,  # OlmoHybridConfig's default (100277) is outside the shrunk vocabulary
+        ),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
         "qwen2-head-dim-ignored",
         "Qwen2 with head_dim 64 in config.json; qwen2.py sizes heads as hidden 256 // 8 heads = 32.",
         with_head_dim(qwen2(use_sliding_window=False, max_window_layers=4), 64),
@@ -2593,6 +2610,13 @@ CASES: list[Case] = [
         granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
         max_model_len=4096,
         extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "float32"),
+    ),
+    Case(
+        "granite-hybrid-ssm-bf16",
+        "Case granite-hybrid-mamba2 with --mamba-ssm-cache-dtype bfloat16 (against the CPU host's float32 default).",
+        granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
     ),
     Case(
         "granite-hybrid-mamba-cache-fp32",
