@@ -114,6 +114,15 @@ def test_there_are_recorded_cases_for_every_layer_kind() -> None:
         "falcon-h1-parallel-hybrid",
         "granite-hybrid-no-prefix-caching",
         "llama-gqa-maxlen-null-block-edge",
+        "cohere-command-r-v1",
+        "gpt2-mha",
+        "mamba1-pure",
+        "falcon-mamba-pure",
+        "qwen2-head-dim-ignored",
+        "opt-head-dim-ignored",
+        "mixtral-head-dim-64",
+        "persimmon-transformers-fallback",
+        "granite-hybrid-mamba-cache-fp32",
     ):
         assert needed in ids
     assert {p.stem for p in REFUSED} >= {
