@@ -66,6 +66,15 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         "torch_dtype": "bfloat16",
     },
     "cohere2": {"sliding_window_pattern": 4},
+    # transformers 5 Gemma4TextConfig (and the global_head_dim its __post_init__ pops, 512).
+    "gemma4_text": {
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "sliding_window": 512,
+        "num_key_value_heads": 4,
+        "vocab_size": 262144,
+        "max_position_embeddings": 131072,
+    },
     # transformers 5 Exaone4Config: sliding_window 4096, sliding_window_pattern 4 (every 4th layer full).
     "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4},
     "qwen3_next": {"full_attention_interval": 4, "linear_conv_kernel_dim": 4},
@@ -185,7 +194,9 @@ _KEY_MAXIMUM: dict[str, int] = {
     **dict.fromkeys(_LENGTH_KEYS, MAX_CONTEXT_TOKENS),
     **dict.fromkeys(("sliding_window", "attention_chunk_size"), MAX_CONTEXT_TOKENS),
     **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"), MAX_EXPERTS),
-    **dict.fromkeys(("num_experts_per_tok", "moe_top_k", "num_selected_experts"), MAX_EXPERTS),
+    **dict.fromkeys(
+        ("num_experts_per_tok", "moe_top_k", "num_selected_experts", "top_k_experts"), MAX_EXPERTS
+    ),
     **dict.fromkeys(("n_shared_experts", "num_shared_experts"), MAX_EXPERTS),
     **dict.fromkeys(("first_k_dense_replace", "num_kv_shared_layers", "max_window_layers"), MAX_LAYERS),
     **dict.fromkeys(
@@ -345,6 +356,52 @@ def _zamba2_kinds(r: _Reader, layers: int) -> tuple[tuple[LayerType, ...], str]:
     return kinds, "Zamba2: hybrid blocks run the shared attention beside their Mamba2 mixer"
 
 
+def _gemma4_kinds(explicit: Any, layers: int) -> tuple[tuple[LayerType, ...], str]:
+    """Gemma 4 (transformers 5 ``Gemma4TextConfig.__post_init__``, which vLLM 0.32's gemma4.py reads): an omitted
+    ``layer_types`` is 5 sliding : 1 full (every 6th layer full), and the last layer is forced to full attention."""
+    if explicit is None:
+        names = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)]
+        how = "Gemma 4 without layer_types: every 6th layer full attention, sliding elsewhere"
+    elif isinstance(explicit, Sequence) and not isinstance(explicit, str) and len(explicit) == layers:
+        names = [str(name) for name in explicit]
+        how = "layer kinds from layer_types"
+    else:
+        raise ConfigError(f"must list {layers} layer kinds", field="layer_types")
+    kinds: list[LayerType] = []
+    for index, name in enumerate(names):
+        if name not in ("sliding_attention", "full_attention"):
+            raise ConfigError(
+                f"unknown layer kind {name!r}; expected sliding_attention or full_attention",
+                field=f"layer_types[{index}]",
+            )
+        kinds.append(LayerType.SLIDING if name == "sliding_attention" else LayerType.FULL)
+    if kinds[-1] is not LayerType.FULL:
+        kinds[-1] = LayerType.FULL
+        how += "; the last layer is forced to full attention"
+    return tuple(kinds), how
+
+
+def _gemma4_full_layers(r: _Reader, kv_heads: int, heads: int) -> tuple[int, int, str]:
+    """Head size and KV heads of Gemma 4's full-attention layers: ``global_head_dim`` (default 512), and
+    ``num_global_key_value_heads`` only under ``attention_k_eq_v`` (``Gemma4TextConfig.__post_init__`` builds
+    ``per_layer_config`` from them; vLLM 0.32's ``Gemma4DecoderLayer`` reads it)."""
+    if r.raw("per_layer_config") is not None:
+        raise ConfigError(
+            "is not read by kvcap; give Gemma 4's global_head_dim and num_global_key_value_heads instead",
+            field="per_layer_config",
+        )
+    head = r.int_("global_head_dim", required=True, maximum=MAX_HEAD_DIM)
+    assert head is not None
+    full_kv = kv_heads
+    if r.bool_("attention_k_eq_v"):
+        full_kv = r.int_("num_global_key_value_heads", maximum=MAX_HEADS) or kv_heads
+    if full_kv > heads:
+        raise ConfigError(
+            f"({full_kv}) exceeds num_attention_heads ({heads})", field="num_global_key_value_heads"
+        )
+    return head, full_kv, f"Gemma 4 full-attention layers: {full_kv} KV heads of global_head_dim {head}"
+
+
 def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tuple[tuple[LayerType, ...], str]:
     if model_type in _UNIFORM_WINDOW_TYPES:
         return _uniform_window_kinds(r, model_type, layers)
@@ -359,6 +416,8 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
         # transformers' Lfm2Config fills an omitted layer_types from full_attn_idxs, the other layers "conv"; vLLM's
         # lfm2.py builds an attention layer where layer_types says "full_attention", a ShortConv layer elsewhere.
         explicit = ["full_attention" if i in attn_indices else "conv" for i in range(layers)]
+    if model_type == "gemma4_text":
+        return _gemma4_kinds(explicit, layers)
     if explicit is not None:
         if not isinstance(explicit, Sequence) or isinstance(explicit, str):
             raise ConfigError("must be a list of layer kinds", field="layer_types")
@@ -894,6 +953,10 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
     kinds, kinds_note = _layer_types(r, model_type, layers, is_mla)
     if kinds_note:
         notes.append(kinds_note)
+    full_head_dim = full_kv_heads = None
+    if model_type == "gemma4_text":
+        full_head_dim, full_kv_heads, full_note = _gemma4_full_layers(r, kv_heads, heads)
+        notes.append(full_note)
     sliding_window = r.int_("sliding_window") if LayerType.SLIDING in kinds else None
     if LayerType.SLIDING in kinds and sliding_window is None:
         raise ConfigError("is missing but some layers use sliding attention", field="sliding_window")
@@ -1016,13 +1079,17 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
             v_head_dim=r.int_("v_head_dim") if is_mla else None,
             q_lora_rank=r.int_("q_lora_rank") if is_mla else None,
             num_experts=num_experts,
-            num_experts_per_tok=r.int_("num_experts_per_tok", "moe_top_k", "num_selected_experts")
+            num_experts_per_tok=r.int_(
+                "num_experts_per_tok", "moe_top_k", "num_selected_experts", "top_k_experts"
+            )
             if num_experts
             else None,
             moe_intermediate_size=moe_inter,
             num_shared_experts=n_shared,
             first_k_dense_replace=first_dense or None,
             num_kv_shared_layers=r.int_("num_kv_shared_layers", minimum=0) or 0,
+            full_attention_head_dim=full_head_dim if full_head_dim != head_dim else None,
+            full_attention_kv_heads=full_kv_heads if full_kv_heads != kv_heads else None,
             rope_cache_bytes=rope_bytes,
             unquantized_parameters=min(unquantized, num_parameters),
             encoder_parameters=encoder_params,

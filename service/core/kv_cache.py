@@ -260,11 +260,18 @@ def _layer_spec(
     window = {LayerType.SLIDING: model.sliding_window, LayerType.CHUNKED: model.attention_chunk_size}.get(
         kind
     )
+    kv_heads, head_size = model.num_key_value_heads, model.head_dim
+    if kind is LayerType.FULL:
+        # Gemma 4 (vllm/model_executor/models/gemma4.py, Gemma4DecoderLayer, 0.32.0): each layer's Attention takes
+        # head_dim and num_key_value_heads from ``config.per_layer_config[layer]``, which transformers fills for
+        # full-attention layers with global_head_dim (and num_global_key_value_heads under attention_k_eq_v).
+        kv_heads = model.full_attention_kv_heads or kv_heads
+        head_size = model.full_attention_head_dim or head_size
     return LayerKvSpec(
         kind=kind,
         block_size=block_size,
-        num_kv_heads=kv_heads_per_rank(model.num_key_value_heads, tensor_parallel_size),
-        head_size=model.head_dim,
+        num_kv_heads=kv_heads_per_rank(kv_heads, tensor_parallel_size),
+        head_size=head_size,
         dtype_bytes=element,
         scale_bytes_per_head=kv_dtype.scale_bytes_per_head,
         window_tokens=window,

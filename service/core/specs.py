@@ -140,6 +140,10 @@ class ModelSpec:
     first_k_dense_replace: int | None = None
     num_active_parameters: int | None = None
     num_kv_shared_layers: int = 0
+    # Gemma 4's full-attention layers: wider heads (``global_head_dim``) and, with ``attention_k_eq_v``, their own
+    # KV head count (``num_global_key_value_heads``); None → head_dim / num_key_value_heads like every other layer.
+    full_attention_head_dim: int | None = None
+    full_attention_kv_heads: int | None = None
     rope_cache_bytes: int = 0  # vLLM's cos/sin caches (registered buffers, loaded with the weights)
     unquantized_parameters: int = 0  # linear weights a quantised checkpoint keeps in the model dtype
     num_nextn_predict_layers: int = (
@@ -185,6 +189,8 @@ class ModelSpec:
                 "num_experts": (self.num_experts, b.MAX_EXPERTS),
                 "num_experts_per_tok": (self.num_experts_per_tok, b.MAX_EXPERTS),
                 "num_shared_experts": (self.num_shared_experts, b.MAX_EXPERTS),
+                "full_attention_head_dim": (self.full_attention_head_dim, b.MAX_HEAD_DIM),
+                "full_attention_kv_heads": (self.full_attention_kv_heads, b.MAX_HEADS),
             }
         )
         _require_at_most(
@@ -224,6 +230,8 @@ class ModelSpec:
             num_experts=self.num_experts,
             num_experts_per_tok=self.num_experts_per_tok,
             num_active_parameters=self.num_active_parameters,
+            full_attention_head_dim=self.full_attention_head_dim,
+            full_attention_kv_heads=self.full_attention_kv_heads,
         )
         normalize_model_dtype(self.torch_dtype, field="torch_dtype")
         if self.num_key_value_heads > self.num_attention_heads:

@@ -44,6 +44,33 @@ def test_head_dim_prefers_the_config_then_hidden_over_heads() -> None:
     assert info.value.field == "head_dim"
 
 
+@pytest.mark.parametrize("model_type", ["qwen2", "gptj", "opt", "granitemoe", "olmoe"])
+def test_families_whose_model_file_ignores_head_dim_use_hidden_over_heads(model_type: str) -> None:
+    spec = parse_hf_config({**BASE, "model_type": model_type, "head_dim": 128})
+    assert spec.head_dim == 512 // 8
+    # Families that read the key keep it.
+    assert parse_hf_config({**BASE, "model_type": "mixtral", "head_dim": 128}).head_dim == 128
+
+
+def test_gemma4_full_layers_take_the_global_head_size_and_the_last_layer_is_full() -> None:
+    gemma4 = {**BASE, "model_type": "gemma4_text", "num_hidden_layers": 8, "num_key_value_heads": 4}
+    spec = parse_hf_config({**gemma4, "head_dim": 32, "global_head_dim": 64})
+    # transformers' Gemma4TextConfig: every 6th layer full, then the last layer forced to full.
+    assert spec.layer_types == (LayerType.SLIDING,) * 5 + (LayerType.FULL, LayerType.SLIDING, LayerType.FULL)
+    assert (spec.head_dim, spec.full_attention_head_dim, spec.full_attention_kv_heads) == (32, 64, None)
+    # num_global_key_value_heads counts only under attention_k_eq_v.
+    assert parse_hf_config({**gemma4, "num_global_key_value_heads": 1}).full_attention_kv_heads is None
+    k_eq_v = parse_hf_config({**gemma4, "attention_k_eq_v": True, "num_global_key_value_heads": 1})
+    assert (k_eq_v.head_dim, k_eq_v.full_attention_head_dim, k_eq_v.full_attention_kv_heads) == (256, 512, 1)
+
+
+def test_mamba1_configs_have_no_attention_heads() -> None:
+    mamba = {"model_type": "mamba", "hidden_size": 256, "num_hidden_layers": 2, "vocab_size": 1000}
+    spec = parse_hf_config({**mamba, "state_size": 16, "conv_kernel": 4, "expand": 2})
+    assert spec.layer_types == (LayerType.MAMBA,) * 2
+    assert spec.state is not None and spec.state.intermediate_size == 512
+
+
 def test_multimodal_configs_use_the_text_config() -> None:
     config = {
         "architectures": ["Gemma3ForConditionalGeneration"],
