@@ -336,6 +336,32 @@ def without_sliding_window(model: ModelSpec) -> ModelSpec:
     )
 
 
+# Families whose transformers 5 config lists their state layers as "linear_attention" in ``layer_types`` (Mamba,
+# Mamba2 and FalconMamba as a property; Jamba, Granite 4.0 hybrid, Nemotron-H and Zamba2 map their Mamba layers to
+# it; the gated-DeltaNet families name them so). Falcon-H1 lists "hybrid" and LFM2 "conv".
+_LINEAR_ATTENTION_LAYER_TYPES = frozenset(
+    {
+        "mamba",
+        "mamba2",
+        "falcon_mamba",
+        "jamba",
+        "granitemoehybrid",
+        "nemotron_h",
+        "zamba2",
+        "bamba",
+        "qwen3_next",
+        "qwen3_5",
+        "qwen3_5_text",
+        "qwen3_5_moe",
+        "qwen3_5_moe_text",
+        "olmo_hybrid",
+        "kimi_linear",
+        "glm5_next",
+        "zamba",
+    }
+)
+
+
 def _state_dtypes(
     request: PlanRequest, engine: EngineProfile, model: ModelSpec
 ) -> tuple[ModelSpec, list[Message]]:
@@ -345,8 +371,11 @@ def _state_dtypes(
     state takes ``--mamba-cache-dtype`` (auto: the model dtype), the SSM state ``--mamba-ssm-cache-dtype`` (auto:
     the conv state's). Models can set their own default for an auto SSM state (Nemotron-H: float32, read by
     ``hf_config``). On the CPU backend of 0.32+ (``CpuPlatform.check_and_update_config``, vllm/platforms/cpu.py),
-    a host with AVX512-BF16 keeps the SSM state in float32 unless it is set to float16/bfloat16 explicitly for a
-    gated-DeltaNet model (its accelerated kernel reads those).
+    a host with AVX512-BF16 keeps the SSM state in float32 unless it is set to float16/bfloat16 explicitly and
+    ``_cpu_mamba_backend`` picks the accelerated "gdn" backend: the text config's ``layer_types`` lists a
+    "linear_attention" layer (``_LINEAR_ATTENTION_LAYER_TYPES``) and the model's state dtypes equal the flag. A
+    Granite 4.0 hybrid (Mamba2 layers listed as linear_attention) recorded with ``--mamba-ssm-cache-dtype
+    bfloat16`` keeps its SSM state in bfloat16 (block 256, not 384).
     """
     state = model.state
     conv_flag = request.mamba_cache_dtype or "auto"
@@ -367,7 +396,7 @@ def _state_dtypes(
         and engine.cpu_fp32_ssm_state
         and request.cpu_avx512_bf16
         and ssm != "float32"
-        and not (ssm_flag in ("float16", "bfloat16") and state.kind == "gated_delta_net")
+        and not (ssm_flag in ("float16", "bfloat16") and model.model_type in _LINEAR_ATTENTION_LAYER_TYPES)
     ):
         ssm = "float32"
         messages.append(
