@@ -78,6 +78,10 @@ _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # transformers 5 Exaone4Config: sliding_window 4096, sliding_window_pattern 4 (every 4th layer full).
     "exaone4": {"sliding_window": 4096, "sliding_window_pattern": 4},
     "qwen3_next": {"full_attention_interval": 4, "linear_conv_kernel_dim": 4},
+    # transformers 5 AfmoeConfig / CwmConfig / LagunaConfig windows.
+    "afmoe": {"sliding_window": 1024, "global_attn_every_n_layers": 4},
+    "cwm": {"sliding_window": 8192},
+    "laguna": {"sliding_window": 512},
     "gpt_oss": {"head_dim": 64, "sliding_window": 128},
 }
 
@@ -200,7 +204,13 @@ _KEY_MAXIMUM: dict[str, int] = {
     **dict.fromkeys(("n_shared_experts", "num_shared_experts"), MAX_EXPERTS),
     **dict.fromkeys(("first_k_dense_replace", "num_kv_shared_layers", "max_window_layers"), MAX_LAYERS),
     **dict.fromkeys(
-        ("sliding_window_pattern", "full_attention_interval", "attn_layer_period", "attn_layer_offset"),
+        (
+            "sliding_window_pattern",
+            "full_attention_interval",
+            "attn_layer_period",
+            "attn_layer_offset",
+            "global_attn_every_n_layers",
+        ),
         MAX_LAYERS,
     ),
     **dict.fromkeys(
@@ -356,6 +366,25 @@ def _zamba2_kinds(r: _Reader, layers: int) -> tuple[tuple[LayerType, ...], str]:
     return kinds, "Zamba2: hybrid blocks run the shared attention beside their Mamba2 mixer"
 
 
+def _default_layer_types(r: _Reader, model_type: str, layers: int) -> tuple[tuple[LayerType, ...], str]:
+    """The ``layer_types`` transformers 5 fills in when a config omits it, for families whose vLLM model (or the
+    Transformers backend) slides exactly the layers it lists (vllm/model_executor/models/afmoe.py and laguna.py,
+    0.32.0; CWM runs on the Transformers backend):
+
+    * AfMoE (``AfmoeConfig.__post_init__``): sliding unless ``(i + 1) % global_attn_every_n_layers == 0`` (4);
+    * CWM (``CwmConfig.__post_init__``): full where ``i % 4 == 0`` (the first layer among them), sliding elsewhere;
+    * Laguna (``LagunaConfig.__post_init__``): full attention everywhere, whatever ``sliding_window`` says.
+    """
+    if model_type == "afmoe":
+        every = r.int_("global_attn_every_n_layers") or 4
+        kinds = tuple(LayerType.FULL if (i + 1) % every == 0 else LayerType.SLIDING for i in range(layers))
+        return kinds, f"AfMoE without layer_types: every {every}th layer full attention, sliding elsewhere"
+    if model_type == "cwm":
+        kinds = tuple(LayerType.FULL if i % 4 == 0 else LayerType.SLIDING for i in range(layers))
+        return kinds, "CWM without layer_types: layers 0, 4, 8 … full attention, sliding elsewhere"
+    return (LayerType.FULL,) * layers, "Laguna without layer_types: full attention everywhere"
+
+
 def _gemma4_kinds(explicit: Any, layers: int) -> tuple[tuple[LayerType, ...], str]:
     """Gemma 4 (transformers 5 ``Gemma4TextConfig.__post_init__``, which vLLM 0.32's gemma4.py reads): an omitted
     ``layer_types`` is 5 sliding : 1 full (every 6th layer full), and the last layer is forced to full attention."""
@@ -418,6 +447,8 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
         explicit = ["full_attention" if i in attn_indices else "conv" for i in range(layers)]
     if model_type == "gemma4_text":
         return _gemma4_kinds(explicit, layers)
+    if explicit is None and model_type in ("afmoe", "cwm", "laguna"):
+        return _default_layer_types(r, model_type, layers)
     if explicit is not None:
         if not isinstance(explicit, Sequence) or isinstance(explicit, str):
             raise ConfigError("must be a list of layer kinds", field="layer_types")
