@@ -146,7 +146,8 @@ _WINDOW_PLUS_ONE_TYPES = frozenset({"cohere2", "cohere2_moe"})
 # Families whose vLLM attention sizes its heads as ``hidden_size // num_attention_heads`` and never reads a
 # ``head_dim`` key (vLLM 0.32.0, vllm/model_executor/models/: gpt2.py GPT2Attention, gpt_j.py GPTJAttention,
 # opt.py OPTAttention, bloom.py BloomAttention, falcon.py FalconAttention, stablelm.py StablelmAttention,
-# granitemoe.py GraniteMoeAttention, olmoe.py OlmoeAttention, qwen2.py Qwen2Attention, qwen2_moe.py
+# granitemoe.py GraniteMoeAttention, granitemoehybrid.py GraniteMoeHybridAttention, jamba.py JambaAttentionDecoderLayer,
+# olmoe.py OlmoeAttention, qwen2.py Qwen2Attention, qwen2_moe.py
 # Qwen2MoeAttention, dbrx.py DbrxAttention, chatglm.py GLMAttention, minicpm.py MiniCPMAttention, internlm2.py
 # InternLM2Attention, orion.py OrionAttention, step1.py, and deepseek_v2.py DeepseekAttention, which
 # DeepseekV2DecoderLayer picks for model_type "deepseek"). The KV cache is paged from the layer's own head size,
@@ -160,6 +161,8 @@ _HEAD_DIM_FROM_HIDDEN_TYPES = frozenset(
         *_FALCON_MODEL_TYPES,
         "stablelm",
         "granitemoe",
+        "granitemoehybrid",
+        "jamba",
         "olmoe",
         "qwen2",
         "qwen2_moe",
@@ -936,6 +939,7 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
 
     kv_lora_rank = r.int_("kv_lora_rank")
     qk_rope = r.int_("qk_rope_head_dim")
+    config_head_dim: int | None = None
     is_mla = kv_lora_rank is not None and model_type in _MLA_MODEL_TYPES
     if model_type == "minicpm3":
         # MiniCPM3Attention (vllm/model_executor/models/minicpm3.py, 0.32.0) expands the low-rank KV into every
@@ -969,6 +973,7 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
                     f"{model_type}: vLLM sizes heads as hidden_size // num_attention_heads = {hidden // heads} "
                     f"and ignores head_dim {explicit_head}"
                 )
+                config_head_dim = explicit_head
             explicit_head = hidden // heads
         if explicit_head is not None:
             head_dim = explicit_head
@@ -1119,6 +1124,7 @@ def parse_hf_config(config: Mapping[str, Any], *, num_parameters: int | None = N
             num_shared_experts=n_shared,
             first_k_dense_replace=first_dense or None,
             num_kv_shared_layers=r.int_("num_kv_shared_layers", minimum=0) or 0,
+            config_head_dim=config_head_dim,
             full_attention_head_dim=full_head_dim if full_head_dim != head_dim else None,
             full_attention_kv_heads=full_kv_heads if full_kv_heads != kv_heads else None,
             rope_cache_bytes=rope_bytes,

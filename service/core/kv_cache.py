@@ -364,19 +364,26 @@ def group_layers(counts: tuple[tuple[LayerKvSpec, int], ...], *, uniform_ratio: 
     )
 
 
-def unify_page_sizes(counts: SpecCounts, *, kernel_block_alignment: int = 16) -> tuple[SpecCounts, int, str]:
+def unify_page_sizes(
+    counts: SpecCounts, *, kernel_block_alignment: int = 16, attention_bytes_per_token: int | None = None
+) -> tuple[SpecCounts, int, str]:
     """Make attention and constant-state pages equal, as vLLM does for Mamba hybrids.
 
     ``HybridAttentionMambaModelConfig.verify_and_update_config``: the attention block size is raised to the
     smallest multiple of the kernel alignment whose page holds at least one Mamba state, then the Mamba page is
     padded up to the attention page. Returns the new counts, the attention block size and a note.
+
+    ``attention_bytes_per_token``: the per-token attention page vLLM sizes the block from when it is not the layers'
+    own — ``HybridAttentionMambaModelConfig`` builds it from ``model_config.get_head_size()``, the config's
+    head_dim, even where the model file pages other heads. Layers whose page then falls short of the padded state
+    page get a larger block afterwards (``unify_kv_cache_spec_page_size``).
     """
     states = [s for s, _ in counts if s.is_state]
     attention = [s for s, _ in counts if not s.is_state]
     if not states or not attention:
         return list(counts), counts[0][0].block_size if counts else 0, ""
     state_page = max(s.state_bytes for s in states)
-    per_token = max(s.bytes_per_token for s in attention)
+    per_token = attention_bytes_per_token or max(s.bytes_per_token for s in attention)
     block = max(
         attention[0].block_size, kernel_block_alignment * cdiv(state_page, kernel_block_alignment * per_token)
     )

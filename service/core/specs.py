@@ -142,6 +142,9 @@ class ModelSpec:
     num_kv_shared_layers: int = 0
     # Gemma 4's full-attention layers: wider heads (``global_head_dim``) and, with ``attention_k_eq_v``, their own
     # KV head count (``num_global_key_value_heads``); None → head_dim / num_key_value_heads like every other layer.
+    # ``ModelConfig.get_head_size()`` when it is not the layers' head size (a head_dim key the model file ignores):
+    # vLLM sizes a Mamba hybrid's attention block from it (vllm/platforms/interface.py, 0.32.0).
+    config_head_dim: int | None = None
     full_attention_head_dim: int | None = None
     full_attention_kv_heads: int | None = None
     rope_cache_bytes: int = 0  # vLLM's cos/sin caches (registered buffers, loaded with the weights)
@@ -189,6 +192,7 @@ class ModelSpec:
                 "num_experts": (self.num_experts, b.MAX_EXPERTS),
                 "num_experts_per_tok": (self.num_experts_per_tok, b.MAX_EXPERTS),
                 "num_shared_experts": (self.num_shared_experts, b.MAX_EXPERTS),
+                "config_head_dim": (self.config_head_dim, b.MAX_HEAD_DIM),
                 "full_attention_head_dim": (self.full_attention_head_dim, b.MAX_HEAD_DIM),
                 "full_attention_kv_heads": (self.full_attention_kv_heads, b.MAX_HEADS),
             }

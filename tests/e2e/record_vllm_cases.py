@@ -2599,6 +2599,41 @@ CASES: list[Case] = [
         extra_args=SCHED_ARGS,
     ),
     Case(
+        "smollm3-nope-sliding",
+        "SmolLM3 (Transformers backend) with use_sliding_window and no layer_types: only the NoPE layer (every 4th) slides.",
+        dense_decoder(
+            "SmolLM3ForCausalLM",
+            "smollm3",
+            use_sliding_window=True,
+            sliding_window=256,
+            no_rope_layer_interval=4,
+            pad_token_id=0,
+        ),
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
+        "ministral3",
+        "Ministral 3 text (Ministral3ForCausalLM → mistral.py), 4 layers, 2 KV heads × head_dim 64, no window.",
+        dense_decoder(
+            "Ministral3ForCausalLM", "ministral3", num_attention_heads=4, head_dim=64, pad_token_id=0
+        ),
+        max_model_len=2048,
+    ),
+    Case(
+        "gemma4-moe",
+        "Gemma 4 MoE text (enable_moe_block, 4 experts top_k_experts 2), 6 layers, sliding heads 32, full 64.",
+        {
+            **gemma4_text(6),
+            "enable_moe_block": True,
+            "num_experts": 4,
+            "top_k_experts": 2,
+            "moe_intermediate_size": 128,
+        },
+        max_model_len=4096,
+        extra_args=SCHED_ARGS,
+    ),
+    Case(
         "qwen2-head-dim-ignored",
         "Qwen2 with head_dim 64 in config.json; qwen2.py sizes heads as hidden 256 // 8 heads = 32.",
         with_head_dim(qwen2(use_sliding_window=False, max_window_layers=4), 64),
@@ -2638,12 +2673,6 @@ CASES: list[Case] = [
         max_model_len=2048,
     ),
     Case(
-        "falcon-head-dim-ignored",
-        "Falcon (multi_query) with head_dim 64 in config.json; falcon.py uses hidden // heads = 32.",
-        with_head_dim(falcon_mqa(), 64),
-        max_model_len=2048,
-    ),
-    Case(
         "granite-hybrid-head-dim-ignored",
         "Granite 4.0 hybrid with head_dim 64 in config.json; granitemoehybrid.py's attention uses hidden // heads = 32.",
         with_head_dim(granite_hybrid(["mamba", "mamba", "mamba", "attention"]), 64),
@@ -2667,6 +2696,27 @@ CASES: list[Case] = [
         "granite-hybrid-ssm-bf16",
         "Case granite-hybrid-mamba2 with --mamba-ssm-cache-dtype bfloat16 (against the CPU host's float32 default).",
         granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
+    ),
+    Case(
+        "falcon-h1-ssm-bf16",
+        "Case falcon-h1-parallel-hybrid with --mamba-ssm-cache-dtype bfloat16 (Falcon-H1 lists no linear_attention layer).",
+        falcon_h1(4),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
+    ),
+    Case(
+        "jamba-ssm-bf16",
+        "Case jamba-hybrid with --mamba-ssm-cache-dtype bfloat16 (transformers 5 lists Jamba's Mamba layers as linear_attention).",
+        jamba(4),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
+    ),
+    Case(
+        "qwen3-next-ssm-bf16",
+        "Case qwen3-next-hybrid with --mamba-ssm-cache-dtype bfloat16 (the accelerated gated-DeltaNet state).",
+        qwen3_next(4),
         max_model_len=4096,
         extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
     ),

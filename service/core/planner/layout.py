@@ -72,7 +72,9 @@ def lay_out(
             specs = _merge(specs, draft_specs)
         if any(s.is_state for s, _ in specs) and any(not s.is_state for s, _ in specs):
             specs, raised_block, note = unify_page_sizes(
-                specs, kernel_block_alignment=_hybrid_block_alignment(settings)
+                specs,
+                kernel_block_alignment=_hybrid_block_alignment(settings),
+                attention_bytes_per_token=_config_bytes_per_token(settings.model, specs),
             )
             if raised_block != block_size:
                 block_size = raised_block  # the next stage's specs start from the raised size, as vLLM's one config does
@@ -102,6 +104,18 @@ def lay_out(
         for padding_note in stages[0].layout.notes
     )
     return Layout(stages=tuple(stages), block_size=block_size, messages=tuple(messages))
+
+
+def _config_bytes_per_token(model: ModelSpec, specs: SpecCounts) -> int | None:
+    """The attention page per token vLLM sizes a hybrid's block from when the config's head_dim is not the layers'
+    (``ModelSpec.config_head_dim``): ``HybridAttentionMambaModelConfig`` (vllm/platforms/interface.py, 0.32.0)
+    takes ``model_config.get_head_size()``; the layers page their own heads."""
+    if model.config_head_dim is None:
+        return None
+    attention = [s for s, _ in specs if not s.is_state and s.kind is not LayerType.MLA]
+    if not attention:
+        return None
+    return max(replace(s, head_size=model.config_head_dim).bytes_per_token for s in attention)
 
 
 def _hybrid_block_alignment(settings: Settings) -> int:
