@@ -376,8 +376,21 @@ def _default_layer_types(r: _Reader, model_type: str, layers: int) -> tuple[tupl
 
     * AfMoE (``AfmoeConfig.__post_init__``): sliding unless ``(i + 1) % global_attn_every_n_layers == 0`` (4);
     * CWM (``CwmConfig.__post_init__``): full where ``i % 4 == 0`` (the first layer among them), sliding elsewhere;
-    * Laguna (``LagunaConfig.__post_init__``): full attention everywhere, whatever ``sliding_window`` says.
+    * Laguna (``LagunaConfig.__post_init__``): full attention everywhere, whatever ``sliding_window`` says;
+    * SmolLM3 (``SmolLM3Config.__post_init__``, Transformers backend): under ``use_sliding_window`` only the NoPE
+      layers slide — ``no_rope_layers`` (default: 0 at every ``no_rope_layer_interval``-th layer, 4) marks them.
     """
+    if model_type == "smollm3":
+        no_rope = r.raw("no_rope_layers")
+        if no_rope is None:
+            interval = r.int_("no_rope_layer_interval") or 4
+            no_rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        if not isinstance(no_rope, Sequence) or isinstance(no_rope, str) or len(no_rope) != layers:
+            raise ConfigError(f"must list {layers} flags (1 = RoPE layer)", field="no_rope_layers")
+        if not (r.bool_("use_sliding_window") and r.raw("sliding_window")):
+            return (LayerType.FULL,) * layers, "SmolLM3 without use_sliding_window: full attention everywhere"
+        kinds = tuple(LayerType.FULL if flag else LayerType.SLIDING for flag in no_rope)
+        return kinds, "SmolLM3 with use_sliding_window: the NoPE layers slide, RoPE layers are full attention"
     if model_type == "afmoe":
         every = r.int_("global_attn_every_n_layers") or 4
         kinds = tuple(LayerType.FULL if (i + 1) % every == 0 else LayerType.SLIDING for i in range(layers))
@@ -450,7 +463,7 @@ def _layer_types(r: _Reader, model_type: str, layers: int, is_mla: bool) -> tupl
         explicit = ["full_attention" if i in attn_indices else "conv" for i in range(layers)]
     if model_type == "gemma4_text":
         return _gemma4_kinds(explicit, layers)
-    if explicit is None and model_type in ("afmoe", "cwm", "laguna"):
+    if explicit is None and model_type in ("afmoe", "cwm", "laguna", "smollm3"):
         return _default_layer_types(r, model_type, layers)
     if explicit is not None:
         if not isinstance(explicit, Sequence) or isinstance(explicit, str):
