@@ -64,6 +64,25 @@ def test_gemma4_full_layers_take_the_global_head_size_and_the_last_layer_is_full
     assert (k_eq_v.head_dim, k_eq_v.full_attention_head_dim, k_eq_v.full_attention_kv_heads) == (256, 512, 1)
 
 
+S, F = LayerType.SLIDING, LayerType.FULL
+
+
+@pytest.mark.parametrize(
+    ("extra", "kinds"),
+    [
+        ({"model_type": "laguna", "sliding_window": 256}, (F, F, F, F)),
+        ({"model_type": "cwm", "sliding_window": 256}, (F, S, S, S)),
+        ({"model_type": "afmoe", "sliding_window": 256, "global_attn_every_n_layers": 2}, (S, F, S, F)),
+        ({"model_type": "smollm3", "sliding_window": 256, "use_sliding_window": True}, (F, F, F, S)),
+        ({"model_type": "smollm3", "sliding_window": 256}, (F, F, F, F)),
+    ],
+)
+def test_layer_kinds_transformers_fills_in_when_layer_types_is_omitted(
+    extra: dict[str, object], kinds: tuple[LayerType, ...]
+) -> None:
+    assert parse_hf_config({**BASE, **extra}).resolved_layer_types == kinds
+
+
 def test_mamba1_configs_have_no_attention_heads() -> None:
     mamba = {"model_type": "mamba", "hidden_size": 256, "num_hidden_layers": 2, "vocab_size": 1000}
     spec = parse_hf_config({**mamba, "state_size": 16, "conv_kernel": 4, "expand": 2})
