@@ -2721,6 +2721,27 @@ CASES: list[Case] = [
         extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
     ),
     Case(
+        "nemotron-h-ssm-bf16",
+        "Case nemotron-h-hybrid with --mamba-ssm-cache-dtype bfloat16 (transformers 5 maps its M layers to linear_attention).",
+        nemotron_h("M-M*-"),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
+    ),
+    Case(
+        "zamba2-ssm-bf16",
+        "Case zamba2-hybrid with --mamba-ssm-cache-dtype bfloat16.",
+        zamba2(["mamba", "mamba", "hybrid", "mamba"]),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
+    ),
+    Case(
+        "mamba2-ssm-bf16",
+        "Case mamba2-pure with --mamba-ssm-cache-dtype bfloat16.",
+        mamba2_pure(4),
+        max_model_len=4096,
+        extra_args=(*SCHED_ARGS, "--mamba-ssm-cache-dtype", "bfloat16"),
+    ),
+    Case(
         "granite-hybrid-mamba-cache-fp32",
         "Case granite-hybrid-mamba2 with --mamba-cache-dtype float32 (conv and SSM state).",
         granite_hybrid(["mamba", "mamba", "mamba", "attention"]),
