@@ -123,6 +123,14 @@ def test_there_are_recorded_cases_for_every_layer_kind() -> None:
         "mixtral-head-dim-64",
         "persimmon-transformers-fallback",
         "granite-hybrid-mamba-cache-fp32",
+        "gemma4-hybrid-6l",
+        "gemma4-k-eq-v",
+        "granite-hybrid-head-dim-ignored",
+        "granite-hybrid-ssm-bf16",
+        "falcon-h1-ssm-bf16",
+        "laguna-default-full",
+        "smollm3-nope-sliding",
+        "llama-gqa-blocks-override",
     ):
         assert needed in ids
     assert {p.stem for p in REFUSED} >= {
