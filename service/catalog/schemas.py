@@ -235,6 +235,17 @@ class ModelArchitecture(Schema):
     mm_pixels_per_token: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = Field(
         default=None, description="Qwen-VL: pixels per image token, (patch × spatial_merge_size)²"
     )
+    config_head_dim: HeadDim | None = Field(
+        default=None,
+        description="the config's head_dim where the model file ignores it (vLLM sizes a hybrid's block from it)",
+    )
+    full_attention_head_dim: HeadDim | None = Field(
+        default=None, description="Gemma 4: head size of the full-attention layers (global_head_dim)"
+    )
+    full_attention_kv_heads: Heads | None = Field(
+        default=None,
+        description="Gemma 4: KV heads of the full-attention layers (num_global_key_value_heads)",
+    )
     state: StateFields | None = None
     quantization: QuantizationName | None = Field(
         default=None, description="the checkpoint's native quantization"
@@ -300,6 +311,9 @@ class ModelUpdate(Schema):
     encoder_parameters: Annotated[int, Field(ge=0, le=bounds.MAX_PARAMETERS)] | None = None
     mm_tokens_per_item: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = None
     mm_pixels_per_token: Annotated[int, Field(ge=1, le=bounds.MAX_CONTEXT_TOKENS)] | None = None
+    config_head_dim: HeadDim | None = None
+    full_attention_head_dim: HeadDim | None = None
+    full_attention_kv_heads: Heads | None = None
     state: StateFields | None = None
     quantization: QuantizationName | None = None
     tie_word_embeddings: bool | None = None

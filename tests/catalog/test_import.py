@@ -118,3 +118,39 @@ async def test_import_refuses_configs_it_cannot_read_and_names_the_key(
 async def test_importing_an_existing_name_is_a_conflict(client: httpx.AsyncClient) -> None:
     body = {"name": "llama-3.1-8b", "hf_config": _record("llama-3.1-8b")["hf_config"]}
     assert (await client.post("/v1/models/import", json=body)).status_code == 409
+
+
+async def test_a_stored_model_keeps_the_head_sizes_of_its_full_layers(client: httpx.AsyncClient) -> None:
+    """Gemma 4's full-attention layers page ``global_head_dim``-wide heads (and, under ``attention_k_eq_v``,
+    ``num_global_key_value_heads``): a model imported, stored and read back plans as the config does."""
+    config = {
+        "architectures": ["Gemma4ForCausalLM"],
+        "model_type": "gemma4_text",
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 32,
+        "global_head_dim": 64,
+        "attention_k_eq_v": True,
+        "num_global_key_value_heads": 1,
+        "sliding_window": 512,
+        "max_position_embeddings": 4096,
+        "vocab_size": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    response = await client.post("/v1/models/import", json={"name": "tiny-gemma4", "hf_config": config})
+    assert response.status_code == 201, response.text
+    stored = (await client.get("/v1/models/tiny-gemma4")).json()
+    assert (stored["head_dim"], stored["full_attention_head_dim"], stored["full_attention_kv_heads"]) == (
+        32,
+        64,
+        1,
+    )
+    body = {"gpu": "h100-sxm-80gb", "max_model_len": 4096, "kv_cache_memory_bytes": 2**30}
+    by_name = (await client.post("/v1/plans", json=body | {"model": "tiny-gemma4"})).json()
+    inline = (await client.post("/v1/plans", json=body | {"model": {"hf_config": config}})).json()
+    assert by_name["kv_cache"]["num_gpu_blocks"] == inline["kv_cache"]["num_gpu_blocks"]
+    # 6 sliding layers of 4 × 32-wide KV heads and 2 full ones of 1 × 64-wide: 2 × 2 B × (6·128 + 2·64) per token
+    assert inline["kv_cache"]["bytes_per_token"] == 2 * 2 * (6 * 4 * 32 + 2 * 1 * 64)
