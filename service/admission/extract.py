@@ -34,6 +34,7 @@ What is read, and where it comes from:
 
 from __future__ import annotations
 
+import json
 import math
 import posixpath
 import re
@@ -238,6 +239,20 @@ _VALUE_FLAGS: dict[str, tuple[str, str]] = {
     "--num-gpu-blocks-override": ("num_gpu_blocks_override", "int"),
     "--dtype": ("dtype", "dtype"),
     "--device": ("device", "str"),
+    # Serving features that change what vLLM allocates (``vllm/engine/arg_utils.py`` flag names)
+    "--speculative-config": ("speculative_config", "json"),
+    "--max-loras": ("max_loras", "int"),
+    "--max-lora-rank": ("max_lora_rank", "int"),
+    "--max-cpu-loras": ("max_cpu_loras", "int"),
+    "--lora-extra-vocab-size": ("lora_extra_vocab_size", "int"),
+    "--cpu-offload-gb": ("cpu_offload_gb", "float"),
+    "--kv-transfer-config": ("kv_transfer_config", "json"),
+    "--kv-offloading-size": ("kv_offloading_size", "float"),
+    "--kv-offloading-backend": ("kv_offloading_backend", "str"),
+    "--limit-mm-per-prompt": ("limit_mm_per_prompt", "json"),
+    "--mm-processor-kwargs": ("mm_processor_kwargs", "json"),
+    "--mamba-cache-dtype": ("mamba_cache_dtype", "str"),
+    "--mamba-ssm-cache-dtype": ("mamba_ssm_cache_dtype", "str"),
     "--backend": ("backend", "str"),  # KServe huggingfaceserver: vllm | huggingface | auto
     "--config": ("config", "str"),  # a YAML of flags kvcap cannot read
 }
@@ -245,7 +260,23 @@ _BOOL_FLAGS: dict[str, str] = {
     "--enforce-eager": "enforce_eager",
     "--disable-sliding-window": "disable_sliding_window",
     "--async-scheduling": "async_scheduling",
+    "--enable-prefix-caching": "enable_prefix_caching",
+    "--enable-chunked-prefill": "enable_chunked_prefill",
+    "--enable-lora": "enable_lora",
+    "--enable-expert-parallel": "enable_expert_parallel",
+    "-ep": "enable_expert_parallel",
 }
+# The keys of vLLM's JSON-valued flags that change memory; the others (``prompt_lookup_max``, ``kv_port`` …)
+# are dropped with a note, since they change nothing kvcap plans.
+_JSON_KEYS: dict[str, frozenset[str] | None] = {
+    "speculative_config": frozenset(
+        {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size"}
+    ),
+    "kv_transfer_config": frozenset({"kv_connector", "kv_role", "kv_connector_extra_config"}),
+    "limit_mm_per_prompt": None,  # every key (a modality) counts
+    "mm_processor_kwargs": None,
+}
+_JSON_FLAGS = {flag: target for flag, (target, kind) in _VALUE_FLAGS.items() if kind == "json"}
 # Flags that take several values (argparse nargs="+"): they swallow words up to the next flag.
 _MULTI_VALUE_FLAGS = frozenset({"--served-model-name", "--lora-modules", "--prompt-adapters"})
 # Known switches without a value; with the --enable-/--disable-/--no- prefixes this keeps a positional model
@@ -291,12 +322,33 @@ def _typed(flag: str, kind: str, raw: str) -> object:
         return parse_human_int(text)
     if kind == "float":
         return float(text)
+    if kind == "json":
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError(f"{flag} {text!r} is not valid JSON") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{flag} {text!r} is not a JSON object")
+        return value
     if kind == "dtype":
         try:
             return _DTYPES[text.lower()]
         except KeyError:
             raise ValueError(f"{flag} {text!r} is not one of {', '.join(sorted(_DTYPES))}") from None
     return text
+
+
+def _keep_modelled_keys(values: dict[str, Any], notes: list[str]) -> None:
+    """Drop the keys of JSON-valued flags that change nothing kvcap plans, with a note naming them."""
+    for target, keys in _JSON_KEYS.items():
+        config = values.get(target)
+        if not isinstance(config, dict) or keys is None:
+            continue
+        ignored = sorted(str(k) for k in config if k not in keys)
+        if ignored:
+            values[target] = {k: v for k, v in config.items() if k in keys}
+            flag = "--" + target.replace("_", "-")
+            notes.append(f"{flag}: {', '.join(ignored)} change nothing kvcap plans (not checked)")
 
 
 def _takes_value(flag: str, following: str | None) -> bool:
@@ -357,6 +409,29 @@ def parse_vllm_args(tokens: Sequence[str], *, positional_model: bool = True) -> 
             except ValueError:
                 out.problems.append(f"vLLM would refuse {name} {raw!r}: not a valid {_KIND_WORDS[kind]}")
             continue
+        head, dot, key = name.partition(".")
+        if dot and head in _JSON_FLAGS and key:
+            # vLLM's dotted form of a JSON flag: ``--speculative-config.num_speculative_tokens 3``
+            if eq:
+                raw = inline
+            elif following is not None and not following.startswith("--"):
+                raw = following
+                i += 1
+            else:
+                out.problems.append(f"vLLM would refuse {name} without a value")
+                continue
+            if _HOLE in raw or "$" in raw:
+                out.unresolved.append(f"{name} {_show(raw)}")
+                continue
+            target = _JSON_FLAGS[head]
+            merged = out.values.get(target)
+            merged = dict(merged) if isinstance(merged, dict) else {}
+            try:
+                merged[key.replace("-", "_")] = json.loads(raw)
+            except json.JSONDecodeError:
+                merged[key.replace("-", "_")] = raw
+            out.values[target] = merged
+            continue
         if name in _MULTI_VALUE_FLAGS and not eq:
             while i < len(tokens) and not tokens[i].startswith("-"):
                 i += 1
@@ -366,7 +441,14 @@ def parse_vllm_args(tokens: Sequence[str], *, positional_model: bool = True) -> 
     return out
 
 
-_KIND_WORDS = {"int": "integer", "len": "length", "float": "number", "dtype": "dtype", "str": "value"}
+_KIND_WORDS = {
+    "int": "integer",
+    "len": "length",
+    "float": "number",
+    "dtype": "dtype",
+    "str": "value",
+    "json": "JSON object",
+}
 
 
 def _is_number(text: str) -> bool:
@@ -645,6 +727,9 @@ def _serving_from_container(
             f"--data-parallel-size {data_parallel} is outside 1–{MAX_PARALLEL_SIZE:,}: not a GPU count kvcap checks"
         )
         data_parallel = 1
+    if isinstance(data_parallel, int) and data_parallel > 1:
+        flags.values["data_parallel_size"] = data_parallel  # the plan's ranks (experts per GPU under EP)
+    _keep_modelled_keys(flags.values, notes)
     allow_long = env.values.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in _TRUE
     # vllm/envs.py: VLLM_USE_FLASHINFER_SAMPLER is bool(int(value)) when set; the V1 sampler uses FlashInfer
     # unless it is False (``TopKTopPSampler``, vllm/v1/sample/ops/topk_topp_sampler.py, 0.8 – 0.11).

@@ -52,6 +52,7 @@ from service.core.engines import DEFAULT_ENGINE, NEWEST_VERSION, OLDEST_VERSION,
 from service.core.errors import InvalidSpec, StartRefusal
 from service.core.planner import CapacityPlan, PlanRequest, plan
 from service.core.units import GIB
+from service.errors import Unprocessable
 from service.planning.offline import plain_settings
 from service.planning.request import build_request
 
@@ -80,7 +81,26 @@ _FLAG_NAMES = {
     "dtype": "--dtype",
     "device": "--device",
     "engine": ANNOTATION_ENGINE,
+    "speculative_config": "--speculative-config",
+    "max_loras": "--max-loras",
+    "max_lora_rank": "--max-lora-rank",
+    "max_cpu_loras": "--max-cpu-loras",
+    "lora_extra_vocab_size": "--lora-extra-vocab-size",
+    "cpu_offload_gb": "--cpu-offload-gb",
+    "kv_transfer_config": "--kv-transfer-config",
+    "kv_offloading_size": "--kv-offloading-size",
+    "kv_offloading_backend": "--kv-offloading-backend",
+    "limit_mm_per_prompt": "--limit-mm-per-prompt",
+    "mm_processor_kwargs": "--mm-processor-kwargs",
+    "mamba_cache_dtype": "--mamba-cache-dtype",
+    "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
+    "data_parallel_size": "--data-parallel-size",
 }
+# JSON-valued flags whose content kvcap's schema may read more narrowly than vLLM: a value it cannot read
+# leaves the serving unchecked instead of denying it (not knowing is not a capacity failure).
+_JSON_FLAG_FIELDS = frozenset(
+    {"speculative_config", "kv_transfer_config", "limit_mm_per_prompt", "mm_processor_kwargs"}
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -309,7 +329,11 @@ class _ServingCheck:
         implied = (implied_quantization(serving.model) if serving.model else None) or model[1]
         try:
             request = build_request(
-                model[0].spec, gpu.spec if gpu else None, settings, implied_quantization=implied
+                model[0].spec,
+                gpu.spec if gpu else None,
+                settings,
+                implied_quantization=implied,
+                snapshot=self.snapshot,  # a draft model named in --speculative-config is a catalog model
             )
             result = cached_plan(request)
         except StartRefusal as exc:
@@ -318,6 +342,11 @@ class _ServingCheck:
             return
         except InvalidSpec as exc:
             self.cannot_check("invalid_spec", f"kvcap cannot check {serving.container}: {exc}")
+            return
+        except (
+            Unprocessable
+        ) as exc:  # a serving feature's value kvcap cannot resolve (a draft not in the catalog)
+            self.cannot_check("invalid_spec", f"kvcap cannot check {serving.container}: {exc.message}")
             return
         self._plan_verdict(result, model[0].name, gpu)
         concurrency = self._promise(request, result)
@@ -360,9 +389,16 @@ class _ServingCheck:
             return PlanSettings.model_validate(values)
         except ValidationError as exc:
             for error in exc.errors():
-                name = (
-                    _FLAG_NAMES.get(str(error["loc"][0]), str(error["loc"][0])) if error["loc"] else "flags"
-                )
+                field = str(error["loc"][0]) if error["loc"] else ""
+                name = _FLAG_NAMES.get(field, field or "flags")
+                if field in _JSON_FLAG_FIELDS:
+                    where = ".".join(str(part) for part in error["loc"][1:])
+                    self.cannot_check(
+                        "invalid_spec",
+                        f"kvcap cannot check {self.serving.container}: it cannot read {name}"
+                        f"{' ' + where if where else ''}: {error['msg']}",
+                    )
+                    continue
                 self.reasons.append(f"vLLM would refuse {name} {error.get('input')!r}: {error['msg']}")
             return None
 

@@ -138,7 +138,7 @@ def test_switches_do_not_swallow_the_positional_model() -> None:
         ["--trust-remote-code", "Qwen/Qwen3-8B", "--enable-prefix-caching", "--max-model-len", "auto"]
     )
     assert flags.positional == "Qwen/Qwen3-8B"
-    assert flags.values == {"max_model_len": "auto"}
+    assert flags.values == {"max_model_len": "auto", "enable_prefix_caching": True}
 
 
 def test_negated_and_explicit_booleans() -> None:
@@ -509,3 +509,68 @@ def test_vllm_pp_layer_partition_env_is_read_as_get_pp_indices_reads_it(
     serving = only(extract(deployment(args=["m", "-pp", "2"], env=env)))
     assert serving.flags.get("pipeline_layer_partition") == partition
     assert not serving.problems
+
+
+# --- serving features ----------------------------------------------------------------------------------------
+
+
+def test_serving_feature_flags_are_read_as_vllm_parses_them() -> None:
+    flags = parse_vllm_args(
+        [
+            "m",
+            "--enable-lora",
+            "--max-loras",
+            "4",
+            "--max-lora-rank=64",
+            "--cpu-offload-gb",
+            "8",
+            "--no-enable-prefix-caching",
+            "-ep",
+            "--mamba-ssm-cache-dtype",
+            "float32",
+            "--speculative-config",
+            '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}',
+        ]
+    )
+    assert flags.problems == []
+    assert flags.values == {
+        "enable_lora": True,
+        "max_loras": 4,
+        "max_lora_rank": 64,
+        "cpu_offload_gb": 8.0,
+        "enable_prefix_caching": False,
+        "enable_expert_parallel": True,
+        "mamba_ssm_cache_dtype": "float32",
+        "speculative_config": {
+            "method": "eagle3",
+            "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "num_speculative_tokens": 3,
+        },
+    }
+
+
+def test_the_dotted_form_of_a_json_flag_builds_its_object() -> None:
+    flags = parse_vllm_args(
+        ["m", "--speculative-config.method", "ngram", "--speculative_config.num_speculative_tokens=4"]
+    )
+    assert flags.values == {"speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}
+
+
+def test_a_json_flag_that_is_not_a_json_object_is_a_problem() -> None:
+    flags = parse_vllm_args(["m", "--speculative-config", "{method: ngram}", "--kv-transfer-config", "[1]"])
+    assert flags.problems == [
+        "vLLM would refuse --speculative-config '{method: ngram}': not a valid JSON object",
+        "vLLM would refuse --kv-transfer-config '[1]': not a valid JSON object",
+    ]
+
+
+def test_json_keys_that_change_no_memory_are_dropped_with_a_note() -> None:
+    config = (
+        '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 5, "prompt_lookup_min": 2}'
+    )
+    serving = only(extract(deployment(args=["--model", "m", "--speculative-config", config])))
+    assert serving.flags["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4}
+    assert (
+        "--speculative-config: prompt_lookup_max, prompt_lookup_min change nothing kvcap plans (not checked)"
+        in serving.notes
+    )

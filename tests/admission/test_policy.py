@@ -513,3 +513,63 @@ def test_vllm_pp_layer_partition_in_the_env_splits_the_layers(snapshot: CatalogS
     three = plan_with("10,10,12")
     assert three.outcome == "denied"
     assert "len(partitions)=3 does not match pp_size=2." in three.message
+
+
+# --- serving features in the pod's flags ---------------------------------------------------------------------
+
+
+def _blocks(verdict: Verdict) -> int:
+    (plan,) = verdict.plans
+    return plan.num_gpu_blocks
+
+
+def test_lora_and_a_draft_model_in_the_flags_take_their_memory(snapshot: CatalogSnapshot) -> None:
+    """The adapters' buffers and the draft's weights and KV layers come out of the same budget: the pod's plan
+    is the plan of the same request with those features (the planner's figures), not the plain one."""
+    from service.core.planner import PlanRequest, plan
+    from service.core.planner.features import LoraConfig, ServingFeatures, SpeculativeConfig
+
+    base = [LLAMA_8B, "--max-model-len", "8192"]
+    model = snapshot.find_model("llama-3.1-8b")
+    draft = snapshot.find_model("llama-3.2-1b")
+    gpu = snapshot.find_gpu("l4")
+    assert model is not None and draft is not None and gpu is not None
+
+    def planned(features: ServingFeatures | None) -> int:
+        request = PlanRequest(
+            model=model.spec, gpu=gpu.spec, engine="vllm-0.11", max_model_len=8192, features=features
+        )
+        return plan(request).kv_cache.num_gpu_blocks
+
+    plain = _blocks(judge(serving(base), snapshot))
+    assert plain == planned(None)
+    lora = judge(serving([*base, "--enable-lora", "--max-loras", "4", "--max-lora-rank", "64"]), snapshot)
+    assert _blocks(lora) == planned(ServingFeatures(lora=LoraConfig(max_loras=4, max_lora_rank=64))) < plain
+    config = '{"model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4}'
+    spec = judge(serving([*base, "--speculative-config", config]), snapshot)
+    expected = planned(
+        ServingFeatures(
+            speculative=SpeculativeConfig(method="draft_model", num_speculative_tokens=4, draft=draft.spec)
+        )
+    )
+    assert _blocks(spec) == expected < plain
+
+
+def test_a_draft_kvcap_does_not_know_leaves_the_serving_unchecked_not_denied(
+    snapshot: CatalogSnapshot,
+) -> None:
+    config = '{"model": "acme/secret-draft", "num_speculative_tokens": 4}'
+    verdict = judge(serving([LLAMA_8B, "--max-model-len", "8192", "--speculative-config", config]), snapshot)
+    assert verdict.outcome != "denied"
+    assert verdict.unevaluated == ("invalid_spec",)
+    assert any("speculative_config.model" in w or "acme/secret-draft" in w for w in verdict.warnings), (
+        verdict.warnings
+    )
+
+
+def test_a_json_flag_kvcap_cannot_read_leaves_the_serving_unchecked(snapshot: CatalogSnapshot) -> None:
+    config = '{"image": {"count": 2, "width": 512}}'  # the per-modality options of newer releases
+    verdict = judge(serving([LLAMA_8B, "--max-model-len", "8192", "--limit-mm-per-prompt", config]), snapshot)
+    assert verdict.outcome != "denied"
+    assert verdict.unevaluated == ("invalid_spec",)
+    assert any("it cannot read --limit-mm-per-prompt" in w for w in verdict.warnings), verdict.warnings
