@@ -158,6 +158,35 @@ def _rebuild(bounds: tuple[float, ...], counts: array[float], sum: float, count:
     return Histogram._of(_shared_bounds(bounds), counts, sum, count)
 
 
+class SeriesLabels(dict[str, str]):
+    """A sample's labels with what ``histograms_from_samples`` derives from them worked out once: the series
+    (every label but ``le``, sorted) and the bucket bound (``le`` as a float; None when missing or not a
+    number). The exposition reader keeps one per distinct label text and hands the same object to every pod
+    that reports it, so it is never modified after ``of``."""
+
+    __slots__ = ("bound", "series")
+    bound: float | None
+    series: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, labels: Mapping[str, str]) -> SeriesLabels:
+        made = cls(labels)
+        made.series, made.bound = _series_and_bound(labels)
+        return made
+
+
+def _series_and_bound(labels: Mapping[str, str]) -> tuple[tuple[tuple[str, str], ...], float | None]:
+    if "le" not in labels:
+        return tuple(sorted(labels.items())), None
+    other = dict(labels)
+    le = other.pop("le")
+    try:
+        bound: float | None = float(le)
+    except ValueError:
+        bound = None
+    return tuple(sorted(other.items())), bound
+
+
 def histograms_from_samples(
     samples: Iterable[tuple[str, Mapping[str, str], float]],
 ) -> dict[str, Histogram]:
@@ -165,37 +194,32 @@ def histograms_from_samples(
 
     Series whose buckets do not line up with the first one seen are dropped rather than mixed.
     """
-    parts: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, object]] = {}
+    parts: dict[tuple[str, tuple[tuple[str, str], ...]], _Parts] = {}
     for name, labels, value in samples:
         parts_of_name = _SAMPLE_PARTS.get(name)
         if parts_of_name is None:
             continue
         base, suffix = parts_of_name  # ``base`` is the module's constant: no string kept per pod
-        if not math.isfinite(value) and suffix != "_bucket":
+        if suffix != "_bucket" and not math.isfinite(value):
             continue
-        if "le" in labels:
-            other = dict(labels)
-            del other["le"]
-            series = tuple(sorted(other.items()))
+        if type(labels) is SeriesLabels:
+            series, bound = labels.series, labels.bound
         else:
-            series = tuple(sorted(labels.items()))
-        entry = parts.setdefault((base, series), {"buckets": {}, "sum": None, "count": None})
+            series, bound = _series_and_bound(labels)
+        entry = parts.get((base, series))
+        if entry is None:
+            entry = parts[base, series] = _Parts()
         if suffix == "_bucket":
-            try:
-                bound = float(labels.get("le", ""))
-            except ValueError:
-                continue
-            buckets = entry["buckets"]
-            assert isinstance(buckets, dict)
-            buckets[bound] = value
+            if bound is not None:
+                entry.buckets[bound] = value
+        elif suffix == "_sum":
+            entry.sum = value
         else:
-            entry[suffix[1:]] = value
+            entry.count = value
     out: dict[str, Histogram] = {}
-    for (base, _series), entry in sorted(parts.items()):
-        buckets = entry["buckets"]
-        assert isinstance(buckets, dict)
-        total, count = entry["sum"], entry["count"]
-        if not buckets or not isinstance(count, float) or not isinstance(total, float):
+    for (base, _series), entry in sorted(parts.items(), key=lambda item: item[0]):
+        buckets, total, count = entry.buckets, entry.sum, entry.count
+        if not buckets or count is None or total is None:
             continue
         if math.inf not in buckets:
             buckets[math.inf] = count
@@ -207,6 +231,17 @@ def histograms_from_samples(
         else:
             out[base] = histogram
     return out
+
+
+class _Parts:
+    """The samples of one series of one histogram, as they are read."""
+
+    __slots__ = ("buckets", "count", "sum")
+
+    def __init__(self) -> None:
+        self.buckets: dict[float, float] = {}
+        self.sum: float | None = None
+        self.count: float | None = None
 
 
 Window = Literal["since_last_scrape", "since_start"]
