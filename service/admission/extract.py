@@ -338,6 +338,24 @@ def _typed(flag: str, kind: str, raw: str) -> object:
     return text
 
 
+def _flag_value(
+    out: _Flags, name: str, inline: str | None, tokens: Sequence[str], i: int
+) -> tuple[str | None, int]:
+    """A value flag's value (``--name=value`` or the next word, a negative number included) and where reading
+    goes on; ``None`` with the problem or the unresolved reference recorded when there is no value to read."""
+    raw = inline
+    if raw is None:
+        following = tokens[i] if i < len(tokens) else None
+        if following is None or (following.startswith("-") and not _is_number(following)):
+            out.problems.append(f"vLLM would refuse {name} without a value")
+            return None, i
+        raw, i = following, i + 1
+    if _HOLE in raw or "$" in raw:
+        out.unresolved.append(f"{name} {_show(raw)}")
+        return None, i
+    return raw, i
+
+
 def _keep_modelled_keys(values: dict[str, Any], notes: list[str]) -> None:
     """Drop the keys of JSON-valued flags that change nothing kvcap plans, with a note naming them."""
     for target, keys in _JSON_KEYS.items():
@@ -392,16 +410,8 @@ def parse_vllm_args(tokens: Sequence[str], *, positional_model: bool = True) -> 
             continue
         if name in _VALUE_FLAGS:
             target, kind = _VALUE_FLAGS[name]
-            if eq:
-                raw = inline
-            elif following is not None and not (following.startswith("-") and not _is_number(following)):
-                raw = following
-                i += 1
-            else:
-                out.problems.append(f"vLLM would refuse {name} without a value")
-                continue
-            if _HOLE in raw or "$" in raw:
-                out.unresolved.append(f"{name} {_show(raw)}")
+            raw, i = _flag_value(out, name, inline if eq else None, tokens, i)
+            if raw is None:
                 out.values.pop(target, None)
                 continue
             try:
@@ -412,16 +422,8 @@ def parse_vllm_args(tokens: Sequence[str], *, positional_model: bool = True) -> 
         head, dot, key = name.partition(".")
         if dot and head in _JSON_FLAGS and key:
             # vLLM's dotted form of a JSON flag: ``--speculative-config.num_speculative_tokens 3``
-            if eq:
-                raw = inline
-            elif following is not None and not following.startswith("--"):
-                raw = following
-                i += 1
-            else:
-                out.problems.append(f"vLLM would refuse {name} without a value")
-                continue
-            if _HOLE in raw or "$" in raw:
-                out.unresolved.append(f"{name} {_show(raw)}")
+            raw, i = _flag_value(out, name, inline if eq else None, tokens, i)
+            if raw is None:
                 continue
             target = _JSON_FLAGS[head]
             merged = out.values.get(target)
