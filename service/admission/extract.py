@@ -58,6 +58,9 @@ ANNOTATION_OUTPUT_TOKENS = "kvcap.io/output-tokens"
 ANNOTATION_TTFT_SLO_MS = "kvcap.io/ttft-slo-ms"
 ANNOTATION_TPOT_SLO_MS = "kvcap.io/tpot-slo-ms"
 ANNOTATION_SLO_PERCENTILE = "kvcap.io/slo-percentile"
+# Speculative decoding: the traffic's mean acceptance length (1 + accepted drafts per step, as vLLM's
+# ``vllm:spec_decode_num_accepted_tokens`` / ``vllm:spec_decode_num_drafts`` + 1 reads on the running fleet).
+ANNOTATION_SPEC_ACCEPTANCE = "kvcap.io/spec-mean-acceptance-length"
 TRAFFIC_ANNOTATIONS = (
     ANNOTATION_REQUESTS_PER_SECOND,
     ANNOTATION_PROMPT_TOKENS,
@@ -65,6 +68,7 @@ TRAFFIC_ANNOTATIONS = (
     ANNOTATION_TTFT_SLO_MS,
     ANNOTATION_TPOT_SLO_MS,
     ANNOTATION_SLO_PERCENTILE,
+    ANNOTATION_SPEC_ACCEPTANCE,
 )
 
 # The largest promise kvcap checks: ``concurrent_users`` on ``/v1/plans/recommend`` has the same ceiling.
@@ -137,6 +141,7 @@ class TrafficPromise:
     ttft_seconds: float | None = None
     tpot_seconds: float | None = None
     slo_percentile: str = "p99"
+    spec_mean_acceptance_length: float | None = None  # None: the speculative method's default
 
     @property
     def text(self) -> str:
@@ -147,9 +152,11 @@ class TrafficPromise:
         if self.tpot_seconds is not None:
             slos.append(f"TPOT ≤ {self.tpot_seconds * 1e3:g} ms")
         within = f" within {self.slo_percentile} " + " and ".join(slos) if slos else ""
+        accepted = self.spec_mean_acceptance_length
+        drafts = f" at mean acceptance length {accepted:g}" if accepted is not None else ""
         return (
             f"{self.requests_per_second:g} req/s of {self.prompt_tokens:,}-token prompts and "
-            f"{self.output_tokens:,}-token outputs{within}"
+            f"{self.output_tokens:,}-token outputs{drafts}{within}"
         )
 
 
@@ -914,6 +921,27 @@ def _tokens(raw: str | None, name: str, default: int, problems: list[str]) -> in
     return tokens
 
 
+MAX_ACCEPTANCE_LENGTH = (
+    64.0  # 1 + accepted drafts per step: above any num_speculative_tokens vLLM serves with
+)
+
+
+def _acceptance(raw: str | None, problems: list[str]) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not 1 <= value <= MAX_ACCEPTANCE_LENGTH:  # NaN compares false too
+        problems.append(
+            f"{ANNOTATION_SPEC_ACCEPTANCE}: {raw[:40]!r} is not a mean acceptance length from 1 to "
+            f"{MAX_ACCEPTANCE_LENGTH:g} (1 + accepted draft tokens per step)"
+        )
+        return None
+    return value
+
+
 def _traffic(annotations: Mapping[str, str]) -> tuple[TrafficPromise | None, list[str]]:
     """The traffic promise, when ``kvcap.io/requests-per-second`` is given; SLOs alone promise nothing."""
     problems: list[str] = []
@@ -941,10 +969,12 @@ def _traffic(annotations: Mapping[str, str]) -> tuple[TrafficPromise | None, lis
         problems.append(
             f"{ANNOTATION_SLO_PERCENTILE}: {percentile[:40]!r} is not one of {', '.join(SLO_PERCENTILES)}"
         )
+    acceptance = _acceptance(annotations.get(ANNOTATION_SPEC_ACCEPTANCE), problems)
     if rate is None or problems:
         return None, problems
     return (
         TrafficPromise(
+            spec_mean_acceptance_length=acceptance,
             requests_per_second=rate,
             prompt_tokens=prompt,
             output_tokens=output,

@@ -42,6 +42,7 @@ from service.admission.extract import (
     ANNOTATION_ENGINE,
     ANNOTATION_GPU,
     ANNOTATION_MODEL,
+    ANNOTATION_SPEC_ACCEPTANCE,
     ExtractedServing,
     ExtractedWorkload,
     TrafficPromise,
@@ -642,8 +643,12 @@ class _ServingCheck:
                 "traffic_on_cpu", "kvcap cannot check kvcap.io/requests-per-second on CPUs: it simulates GPUs"
             )
             return None
-        option = sustained_rate(request, result, promise)
         what = f"promised {promise.text}"
+        try:
+            option = sustained_rate(request, result, promise)
+        except InvalidSpec as exc:  # an acceptance above 1 + num_speculative_tokens
+            self.reasons.append(f"{ANNOTATION_SPEC_ACCEPTANCE}: {exc.message}")
+            return None
         if option.rejection == "cannot estimate" or (
             option.feasible and option.requests_per_second_per_replica is None
         ):
@@ -741,6 +746,7 @@ def _sustained(request: PlanRequest, promise: TrafficPromise) -> Option:
         tpot_seconds=promise.tpot_seconds,
         slo_percentile=promise.slo_percentile,
         headroom_ratio=0.0,
+        spec_mean_acceptance_length=promise.spec_mean_acceptance_length,
     )
     # The manifest's flags are what runs: max_num_seqs is not searched, only the rate.
     return replace(evaluate_option(request, workload, search=Search(search_max_num_seqs=False)), plan=None)

@@ -478,6 +478,62 @@ def test_malformed_traffic_annotations_are_denied_with_the_annotation_named(
     assert plan.requests_per_second is None
 
 
+SPEC_ARGS = [
+    *TRAFFIC_ARGS,
+    "--speculative-config",
+    '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}',
+]
+
+
+def test_the_traffics_acceptance_length_sizes_a_speculative_deployment(snapshot: CatalogSnapshot) -> None:
+    # On random prompts the n-gram matcher proposes nothing (acceptance 1, no speed-up); traffic whose drafts
+    # are accepted 1.5 tokens a step decodes in fewer steps, so under a TPOT SLO one replica sustains more.
+    one = simulated_rate(snapshot, ttft_ms=2000, tpot_ms=80)
+
+    def per_replica(**extra: str) -> float:
+        verdict = judge(serving(SPEC_ARGS, annotations=traffic(one, **extra)), snapshot, mode="audit")
+        (plan,) = verdict.plans
+        assert plan.requests_per_second_per_replica is not None, verdict.warnings
+        return plan.requests_per_second_per_replica
+
+    default = per_replica()
+    accepted = per_replica(**{"kvcap.io/spec-mean-acceptance-length": "2.5"})
+    assert accepted > 1.2 * default
+    promised = 2.5 * accepted  # one replica (the default) of three needed
+    verdict = judge(
+        serving(SPEC_ARGS, annotations=traffic(promised, **{"kvcap.io/spec-mean-acceptance-length": "2.5"})),
+        snapshot,
+    )
+    assert verdict.outcome == "denied"
+    assert verdict.message.startswith(
+        f"promised {promised:.4f} req/s of 1,024-token prompts and 256-token outputs at mean acceptance length "
+        "2.5 within p99 TTFT ≤ 2000 ms and TPOT ≤ 80 ms but 1 replica(s) sustain"
+    )
+
+
+def test_an_acceptance_length_no_drafts_can_reach_is_denied_naming_the_annotation(
+    snapshot: CatalogSnapshot,
+) -> None:
+    # k = 3 drafts: at most 1 + 3 tokens a step.
+    over = judge(
+        serving(SPEC_ARGS, annotations=traffic(1, **{"kvcap.io/spec-mean-acceptance-length": "4.5"})),
+        snapshot,
+    )
+    assert over.outcome == "denied"
+    assert over.message.startswith("kvcap.io/spec-mean-acceptance-length: ")
+    assert "4.5" in over.message
+    for raw in ("0.5", "nan", "fast"):
+        bad = judge(
+            serving(SPEC_ARGS, annotations=traffic(1, **{"kvcap.io/spec-mean-acceptance-length": raw})),
+            snapshot,
+        )
+        assert bad.outcome == "denied"
+        assert (
+            f"kvcap.io/spec-mean-acceptance-length: {raw!r} is not a mean acceptance length from 1 to 64"
+            in bad.message
+        )
+
+
 def test_slos_without_a_rate_are_a_problem(snapshot: CatalogSnapshot) -> None:
     verdict = judge(serving(TRAFFIC_ARGS, annotations={"kvcap.io/ttft-slo-ms": "500"}), snapshot)
     assert verdict.message == (
