@@ -16,9 +16,10 @@ import pytest
 
 from service.catalog.builtin import builtin_snapshot
 from service.core.engines import parse_engine, resolve_engine
-from service.core.errors import UnknownEngine
+from service.core.errors import InvalidSpec, UnknownEngine
 from service.core.overheads import DEFAULT_COEFFICIENTS
 from service.core.planner import PlanRequest, plan
+from service.core.planner.features import ServingFeatures, SpeculativeConfig
 from service.core.planner.settings import resolve_settings
 from service.core.specs import GpuSpec, ModelSpec
 from service.core.units import GIB
@@ -441,3 +442,68 @@ def test_long_context_chunked_prefill_is_a_default_from_0_5_3(engine: str, batch
     )
     assert settings.max_num_batched_tokens == batched
     assert resolve_engine("vllm-0.5.3").engine == resolve_engine("vllm-0.5").engine == "vllm-0.5"
+
+
+def _speculative(method: str, engine: str, **changes: object) -> PlanRequest:
+    draft = None if method in ("ngram", "ngram_gpu", "suffix") else LLAMA_31_8B
+    features = ServingFeatures(
+        speculative=SpeculativeConfig(method=method, num_speculative_tokens=3, draft=draft)
+    )
+    return PlanRequest(
+        model=LLAMA_31_8B,
+        gpu=H100,
+        engine=engine,
+        max_model_len=4096,
+        features=features,
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("method", "engine", "expected"),
+    [
+        ("ngram", "vllm-0.19", False),  # logged by 0.19.1, 0.28.0 and 0.32.0
+        ("ngram", "vllm-0.32", False),
+        ("suffix", "vllm-0.32", False),
+        ("draft_model", "vllm-0.14", False),  # logged by 0.14.0 and 0.20.0
+        ("draft_model", "vllm-0.20", False),
+        ("draft_model", "vllm-0.30", True),
+        ("ngram_gpu", "vllm-0.32", True),
+        ("eagle3", "vllm-0.32", True),
+    ],
+)
+def test_speculative_methods_outside_eagle_and_mtp_turn_default_async_scheduling_off(
+    method: str, engine: str, expected: bool
+) -> None:
+    # vllm/config/vllm.py (VllmConfig.__post_init__): "Async scheduling not supported with ngram-based speculative
+    # decoding and will be disabled." when --async-scheduling is not given.
+    result = plan(_speculative(method, engine))
+    assert result.settings.async_scheduling is expected
+    texts = [m.text for m in result.messages if m.code == "async_scheduling_disabled"]
+    if expected:
+        assert texts == []
+    else:
+        assert texts == [
+            f"Async scheduling not supported with {method}-based speculative decoding and will be disabled."
+        ]
+    # Before 0.14 async scheduling is off by default: nothing to disable, nothing said.
+    earlier = plan(_speculative(method, "vllm-0.13"))
+    assert earlier.settings.async_scheduling is False
+    assert not any(m.code == "async_scheduling_disabled" for m in earlier.messages)
+
+
+def test_explicit_async_scheduling_with_a_host_side_proposer_is_refused_from_0_17() -> None:
+    # 0.17.1: "Currently, async scheduling is only supported with EAGLE/MTP/Draft Model kind of speculative
+    # decoding."; 0.30.0 adds "/NGram GPU/DSpark".
+    with pytest.raises(InvalidSpec, match="only supported with EAGLE/MTP/Draft Model kind") as found:
+        plan(_speculative("ngram", "vllm-0.17", async_scheduling=True))
+    assert found.value.field == "async_scheduling"
+    with pytest.raises(InvalidSpec, match="EAGLE/MTP/Draft Model/NGram GPU/DSpark kind"):
+        plan(_speculative("suffix", "vllm-0.32", async_scheduling=True))
+    for method in ("eagle3", "draft_model", "ngram_gpu"):
+        assert (
+            plan(_speculative(method, "vllm-0.20", async_scheduling=True)).settings.async_scheduling is True
+        )
+    # Not read before 0.17: as asked.
+    assert plan(_speculative("ngram", "vllm-0.16", async_scheduling=True)).settings.async_scheduling is True
+    assert plan(_speculative("ngram", "vllm-0.32", async_scheduling=False)).settings.async_scheduling is False

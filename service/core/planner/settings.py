@@ -31,7 +31,7 @@ from service.core.planner.checks import (
     sliding_window_flag_messages,
     tensor_parallel_messages,
 )
-from service.core.planner.features import ServingFeatures, check_features
+from service.core.planner.features import MTP_METHODS, ServingFeatures, check_features
 from service.core.planner.request import DEVICES, MAMBA_CACHE_DTYPES, PlanRequest
 from service.core.planner.results import Message
 from service.core.specs import GpuSpec, LayerType, ModelSpec
@@ -216,15 +216,8 @@ def length_free(request: PlanRequest) -> LengthFree:
         *cpu_fp8_head_size_messages(model, engine, request.device, kv_dtype.name),
     ]
     util = request.gpu_memory_utilization
-    async_scheduling = (
-        request.async_scheduling
-        if request.async_scheduling is not None
-        else (
-            request.device != "cpu"
-            and engine.async_scheduling_default
-            and (pp == 1 or engine.async_scheduling_default_with_pp)
-        )
-    )
+    async_scheduling, async_messages = _async_scheduling(request, engine, pp)
+    late.extend(async_messages)
     found = LengthFree(
         engine=engine,
         kv_dtype=kv_dtype,
@@ -527,6 +520,61 @@ def v0_chunked_prefill(engine: EngineProfile, model: ModelSpec, device: str, max
         and device != "cpu"
         and model.sliding_window is None
     )
+
+
+# Speculative methods that run under async scheduling (``VllmConfig.__post_init__``, ``vllm/config/vllm.py``).
+# Left unset, async scheduling (on by default from 0.14) stays on only for EAGLE/MTP proposers and the GPU n-gram
+# one; any other method turns it off with "Async scheduling not supported with {method}-based speculative decoding
+# and will be disabled." — logged for draft_model by 0.14.0 and 0.20.0, ngram by 0.19.1, 0.28.0 and 0.32.0 (the
+# latter recorded here on vLLM's CPU build), medusa by 0.28.0, suffix by recent releases. Draft models joined the
+# default list later: an image of 2026-09 (after 0.30) keeps async on for them, and 0.30.0's refusal below names
+# them; kvcap takes them as async from 0.30 (0.21 – 0.29 not read, taken as 0.20).
+ASYNC_SPECULATIVE_METHODS = frozenset({"eagle", "eagle3", "ngram_gpu", *MTP_METHODS})
+ASYNC_DRAFT_MODEL_SINCE = (0, 30)
+# Asked for explicitly (``--async-scheduling``) with another method, vLLM refuses to start: "Currently, async
+# scheduling is only supported with EAGLE/MTP/Draft Model kind of speculative decoding." (0.17.1; 0.30.0 adds
+# "/NGram GPU/DSpark" to the list). Earlier releases' rule was not read: not checked there.
+ASYNC_EXPLICIT_CHECK_SINCE = (0, 17)
+
+
+def _async_scheduling(request: PlanRequest, engine: EngineProfile, pp: int) -> tuple[bool, list[Message]]:
+    """``async_scheduling`` as vLLM resolves it, with the speculative method's say (see above)."""
+    spec = request.features.speculative if request.features is not None else None
+    version = engine.version
+    method = spec.method if spec is not None and not engine.v0 and version is not None else None
+    allowed = (
+        method is None
+        or method in ASYNC_SPECULATIVE_METHODS
+        or (method == "draft_model" and version is not None and version >= ASYNC_DRAFT_MODEL_SINCE)
+    )
+    if request.async_scheduling is not None:
+        explicit_ok = allowed or method == "draft_model"
+        if (
+            request.async_scheduling
+            and not explicit_ok
+            and version is not None
+            and version >= ASYNC_EXPLICIT_CHECK_SINCE
+        ):
+            kinds = (
+                "EAGLE/MTP/Draft Model/NGram GPU/DSpark" if version >= (0, 30) else "EAGLE/MTP/Draft Model"
+            )
+            raise InvalidSpec(
+                f"Currently, async scheduling is only supported with {kinds} kind of speculative decoding "
+                f"(speculative_config.method {method!r})",
+                field="async_scheduling",
+            )
+        return request.async_scheduling, []
+    default = (
+        request.device != "cpu"
+        and engine.async_scheduling_default
+        and (pp == 1 or engine.async_scheduling_default_with_pp)
+    )
+    if default and not allowed:
+        text = (
+            f"Async scheduling not supported with {method}-based speculative decoding and will be disabled."
+        )
+        return False, [Message(level="warning", code="async_scheduling_disabled", text=text)]
+    return default, []
 
 
 def _reject_invalid(request: PlanRequest, engine: EngineProfile) -> None:

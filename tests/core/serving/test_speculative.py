@@ -38,7 +38,7 @@ EAGLE_HEAD = dataclasses.replace(
 def _request(method: str | None = None, k: int = 3, **changes: object) -> PlanRequest:
     features = None
     if method is not None:
-        draft = None if method in ("ngram", "suffix") else EAGLE_HEAD
+        draft = None if method in ("ngram", "ngram_gpu", "suffix") else EAGLE_HEAD
         features = ServingFeatures(
             speculative=SpeculativeConfig(method=method, num_speculative_tokens=k, draft=draft)
         )
@@ -168,7 +168,10 @@ def test_a_long_run_accepts_the_given_mean_acceptance_length() -> None:
     ],
 )
 @pytest.mark.parametrize(
-    ("method", "async_scheduling"), [("eagle3", False), ("eagle", True), ("ngram", True)]
+    # ngram (on the host) never runs under async scheduling in vLLM (``settings._async_scheduling``); its GPU
+    # variant does.
+    ("method", "async_scheduling"),
+    [("eagle3", False), ("eagle", True), ("ngram", False), ("ngram_gpu", True)],
 )
 def test_spec_decode_stretches_match_a_step_by_step_run(
     spec: BenchmarkSpec, method: str, async_scheduling: bool
@@ -239,10 +242,16 @@ def test_drafts_count_against_the_budget_and_lookahead_slots_take_blocks(
 
 def test_no_drafts_schedule_exactly_as_without_speculative_decoding() -> None:
     # ngram with nothing proposed and no host cost: the spec path must give the non-spec run, figure by figure
-    # (step by step, so the ITL quantiles are exact on both sides), preemptions included.
-    for changes, spec in (
-        ({}, BenchmarkSpec(num_prompts=60, random_input_len=300, random_output_len=80, request_rate=20.0)),
+    # (step by step, so the ITL quantiles are exact on both sides), preemptions included. Under async scheduling
+    # the GPU n-gram proposer (vLLM runs the host one synchronously only).
+    for method, changes, spec in (
         (
+            "ngram",
+            {},
+            BenchmarkSpec(num_prompts=60, random_input_len=300, random_output_len=80, request_rate=20.0),
+        ),
+        (
+            "ngram_gpu",
             {"num_gpu_blocks_override": 401, "max_model_len": 2048, "async_scheduling": True},
             BenchmarkSpec(
                 num_prompts=40, random_input_len=300, random_output_len=200, random_range_ratio=0.5
@@ -250,10 +259,10 @@ def test_no_drafts_schedule_exactly_as_without_speculative_decoding() -> None:
         ),
     ):
         plain = simulate(_request(None, **changes), spec, coefficients=COEFFS, step_by_step=True)
-        replica = prepare_replica(_request("ngram", 4, **changes), coefficients=COEFFS)
+        replica = prepare_replica(_request(method, 4, **changes), coefficients=COEFFS)
         assert replica.scheduler_config.speculative and replica.scheduler_config.num_lookahead_tokens == 0
-        silent = dataclasses.replace(replica, draft=DraftCost(method="ngram", num_passes=0))
-        spec_run = simulate(_request("ngram", 4, **changes), spec, replica=silent)
+        silent = dataclasses.replace(replica, draft=DraftCost(method=method, num_passes=0))
+        spec_run = simulate(_request(method, 4, **changes), spec, replica=silent)
         assert spec_run.num_steps == plain.num_steps
         assert spec_run.num_preemptions == plain.num_preemptions
         assert plain.num_preemptions > 0 or not changes  # the small pool does preempt
