@@ -33,6 +33,14 @@ HAPPY_EYEBALLS_DELAY_S = 0.25
 """RFC 8305's recommended delay before trying a host's next address (what anyio's ``connect_tcp`` uses)."""
 
 
+def _happy_eyeballs() -> dict[str, float]:
+    """``happy_eyeballs_delay`` for asyncio's own loops; uvloop's ``create_connection`` has no such argument (a
+    ``TypeError`` for every scrape run on the loop uvicorn serves on, uvloop where it is installed)."""
+    if isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop):
+        return {"happy_eyeballs_delay": HAPPY_EYEBALLS_DELAY_S}
+    return {}
+
+
 class _PeerInfo:
     """``response.extensions["network_stream"]``: the address the connection really reached (``server_addr``),
     as httpcore's stream answers it, for the guard's DNS-rebinding check."""
@@ -182,7 +190,7 @@ class ScrapeTransport(httpx.AsyncBaseTransport):
                     ssl=tls,
                     server_hostname=url.host if tls is not None else None,
                     limit=READ_SIZE,
-                    happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S,
+                    **_happy_eyeballs(),
                 )
         except TimeoutError:
             raise httpx.ConnectTimeout("timed out connecting", request=request) from None

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvloop  # uvicorn[standard]'s loop, on every platform the image and CI run on
 
 from service.live.scraper import classify, fetch_capped, make_client, scrape
 from tests.live.stub_server import closed_port
@@ -65,6 +66,20 @@ def busy(vllm_metrics_dir: Path) -> bytes:
 async def _get(url: str, **kwargs: object) -> bytes:
     async with make_client(concurrency=2) as client:
         return await fetch_capped(client, url, max_bytes=1 << 20, timeout_s=5, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_scrape_on_uvloop_reads_the_exposition(busy: bytes) -> None:
+    """uvicorn serves on uvloop where it is installed; a scrape on that loop (the live loop on the serving loop)
+    used to fail every target with uvloop's TypeError for ``happy_eyeballs_delay``."""
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(busy)}\r\n\r\n".encode()
+
+    async def main() -> bytes:
+        assert not isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop)
+        async with OneRouteServer(answering(head + busy)) as server:
+            return await _get(f"http://127.0.0.1:{server.port}/metrics")
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(main()) == busy
 
 
 async def test_the_request_on_the_wire_is_a_plain_get_with_the_scrape_headers() -> None:
