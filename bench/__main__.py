@@ -112,6 +112,16 @@ def main() -> None:
                     "p99 < 10 ms, 0 dropped" if "worker process" in name else "",
                 )
             )
+            if r.get("handovers"):
+                rows.append(
+                    Row(
+                        "serving process's GIL taking in one snapshot during that load (max)",
+                        f"{r['handover_held_ms_max']:.3f} ms",
+                        f"median {r['handover_held_ms_median']:.3f} ms over {r['handovers']} refreshes; "
+                        f"{r['handover_pieces']} pieces, at most {r['handover_longest_ms_max']:.3f} ms at a stretch",
+                        None,
+                    )
+                )
             if r.get("refresh_s") is not None:
                 rows.append(
                     Row(
