@@ -212,6 +212,8 @@ class KvcapCollector(Collector):
         kvcap_observed_requests_waiting{namespace="llm",deployment="chat"} 0.0
         kvcap_observed_preemptions_total{namespace="llm",deployment="chat"} 3.0
         kvcap_observed_replicas{namespace="llm",deployment="chat"} 3.0
+        kvcap_observed_spec_acceptance_length{namespace="llm",deployment="chat"} 2.6   (speculative decoding:
+            1 + accepted ÷ drafts since the previous refresh, over pods)
         kvcap_target_up{namespace="llm",deployment="chat",target="http://10.0.0.5:8000/metrics"} 1.0
         kvcap_scrape_duration_seconds{namespace="llm",deployment="chat"} 0.012
         kvcap_scrape_errors_total{namespace="llm",deployment="chat",reason="timeout"} 2.0
@@ -350,6 +352,8 @@ class KvcapCollector(Collector):
         add("kvcap_observed_requests_waiting", labels, observed.requests_waiting)
         add("kvcap_observed_preemptions_total", labels, observed.preemptions_total)
         add("kvcap_observed_replicas", labels, observed.replicas)
+        if observed.spec_mean_acceptance_length is not None:
+            add("kvcap_observed_spec_acceptance_length", labels, observed.spec_mean_acceptance_length)
         add("kvcap_scrape_duration_seconds", labels, observed.duration_s)
         for pod in observed.pods:
             add("kvcap_target_up", [*labels, pod.target], 1.0 if pod.up else 0.0)

@@ -10,6 +10,9 @@ refresh (``DeploymentObservation.latency``):
 3. the same simulation at scale 1 → ``time_scale = observed mean TPOT / simulated mean TPOT``
    (``service.planning.step_time_calibration``), stored per configuration.
 
+With speculative decoding both simulations use the mean acceptance length vLLM's counters show for that
+window (``DeploymentObservation.spec_mean_acceptance_length``), else the registered workload's.
+
 Loads are rounded (rate to two significant digits, lengths to 8 tokens) and predictions cached on them, and
 at most ``LATENCY_BUDGET`` deployments are simulated per refresh (the others keep their last prediction), so a
 large fleet costs a bounded amount of CPU per refresh; the caller runs this in a worker thread.
@@ -103,6 +106,23 @@ def _simulated_means(
     return result.mean_ttft_ms / 1e3, result.mean_tpot_ms / 1e3
 
 
+def _acceptance(
+    replica: Replica, observation: DeploymentObservation | None, deployment: DeploymentRead
+) -> float | None:
+    """The mean acceptance length the prediction simulates with, for a plan with speculative decoding: the
+    one vLLM's counters show since the previous refresh (to two decimals), else the registered workload's,
+    else None (the method's default). Acceptance is a property of the traffic, not of the engine: simulating
+    with the observed one keeps the TPOT drift and the step-time fit from absorbing a different acceptance."""
+    features = replica.request.features
+    if features is None or features.speculative is None:
+        return None
+    observed = observation.spec_mean_acceptance_length if observation is not None else None
+    if observed is not None:
+        return round(observed, 2)
+    workload = deployment.workload
+    return workload.spec_mean_acceptance_length if workload is not None else None
+
+
 class LatencyPredictions:
     """Predicted latency per deployment, kept between refreshes, with a cache keyed by configuration and load."""
 
@@ -145,8 +165,7 @@ class LatencyPredictions:
             try:
                 replica = resolve_replica(snapshot, plan_body(deployment))
                 scale = scales.scale_for(replica.response)
-                workload = deployment.workload
-                acceptance = workload.spec_mean_acceptance_length if workload is not None else None
+                acceptance = _acceptance(replica, observation, deployment)
                 ttft, tpot = self._means(replica, load, scale, acceptance)
                 _, model_tpot = self._means(replica, load, 1.0, acceptance) if scale != 1.0 else (ttft, tpot)
             except (ServiceError, InvalidSpec, ValidationError, ValueError) as exc:

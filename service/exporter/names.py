@@ -120,6 +120,12 @@ METRICS: tuple[MetricName, ...] = (
         (),
     ),
     MetricName(
+        "kvcap_observed_spec_acceptance_length",
+        "gauge",
+        "Speculative decoding's mean acceptance length vLLM reports since the previous refresh "
+        "(1 + accepted tokens / drafts), over replicas",
+    ),
+    MetricName(
         "kvcap_observed_ttft_seconds",
         "gauge",
         "Time to first token vLLM reports since the previous refresh (stat: mean, p50, p99), over replicas",

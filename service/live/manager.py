@@ -73,6 +73,8 @@ class PodObservation:
     requests_running: float = 0.0
     requests_waiting: float = 0.0
     preemptions_total: float = 0.0
+    spec_drafts_total: float | None = None  # speculative decoding's counters (None: not reported)
+    spec_accepted_tokens_total: float | None = None
     data_parallel_size: int = 1
     model_names: tuple[str, ...] = ()
     cache_config: Mapping[str, str] | None = None
@@ -106,6 +108,9 @@ class DeploymentObservation:
     """Every ``vllm:cache_config_info`` label of the first healthy pod (by name), for calibration."""
     latency: LatencyObservation | None = None
     """Mean, median and p99 of TTFT, TPOT, ITL, E2E and token counts since the previous refresh."""
+    spec_mean_acceptance_length: float | None = None
+    """Speculative decoding: 1 + accepted tokens ÷ drafts over the pods since the previous refresh (since the
+    pods started when some pod has no usable baseline); None without drafts in that window."""
 
     @property
     def key(self) -> DeploymentKey:
@@ -158,6 +163,8 @@ def _pod_observation(result: TargetResult, pod: str) -> PodObservation:
         requests_running=metrics.requests_running,
         requests_waiting=metrics.requests_waiting,
         preemptions_total=metrics.preemptions_total,
+        spec_drafts_total=metrics.spec_drafts_total,
+        spec_accepted_tokens_total=metrics.spec_accepted_tokens_total,
         data_parallel_size=metrics.data_parallel_size,
         model_names=metrics.model_names,
         cache_config=_shared_config(config.labels) if config is not None else None,
@@ -211,7 +218,38 @@ def aggregate(
         replicas=len(healthy),
         cache_config=first_config,
         latency=_latency(healthy, previous, observed_at_s),
+        spec_mean_acceptance_length=_acceptance(healthy, previous),
     )
+
+
+def _acceptance(healthy: Sequence[PodObservation], previous: DeploymentObservation | None) -> float | None:
+    """vLLM's mean acceptance length (``SpecDecodingLogging``: 1 + accepted ÷ drafts) of the drafts the pods
+    made since the previous refresh; since they started when a pod is new or its counters went back (a
+    restart)."""
+    counts = {
+        (p.pod, p.target): (p.spec_drafts_total, p.spec_accepted_tokens_total)
+        for p in healthy
+        if p.spec_drafts_total is not None and p.spec_accepted_tokens_total is not None
+    }
+    if not counts:
+        return None
+    before = {
+        (p.pod, p.target): (p.spec_drafts_total, p.spec_accepted_tokens_total)
+        for p in (previous.pods if previous is not None else ())
+        if p.up and p.spec_drafts_total is not None and p.spec_accepted_tokens_total is not None
+    }
+    totals = [(drafts or 0.0, accepted or 0.0) for drafts, accepted in counts.values()]
+    baselines = [before.get(key) for key in counts]
+    window = [
+        (drafts - (base[0] or 0.0), accepted - (base[1] or 0.0))
+        for (drafts, accepted), base in zip(totals, baselines, strict=True)
+        if base is not None
+    ]
+    if len(window) < len(totals) or any(d < 0 or a < 0 for d, a in window):
+        window = totals  # a new pod or a restart: since the pods started
+    drafts = sum(d for d, _ in window)
+    accepted = sum(a for _, a in window)
+    return 1.0 + accepted / drafts if drafts > 0 else None
 
 
 def _latency(

@@ -7,6 +7,9 @@ The source of truth is ``vllm/v1/metrics/loggers.py::PrometheusStatLogger`` (not
   ``model_name`` only). ``vllm:gpu_cache_usage_perc`` is the pre-0.11 name of the usage gauge: both are
   emitted by 0.10, the old one is hidden in 0.11 and gone in 0.12, so the new name wins when both exist;
 - the counter ``vllm:num_preemptions`` (exposed as ``vllm:num_preemptions_total``);
+- with speculative decoding, the counters ``vllm:spec_decode_num_drafts`` and
+  ``vllm:spec_decode_num_accepted_tokens`` (``_total``; ``vllm/v1/spec_decode/metrics.py::SpecDecodingProm``):
+  1 + accepted ÷ drafts is vLLM's own "Mean acceptance length" of the traffic served;
 - ``vllm:cache_config_info``, a gauge set to 1 whose labels are *every* field of vLLM's ``CacheConfig``,
   stringified with ``str()`` (``"None"``, ``"True"``, ``"0.92"``, ``"512.0"``), plus ``engine`` but no
   ``model_name``. The label set changes with every vLLM version, so all labels are kept as a dict and only a
@@ -48,14 +51,29 @@ GPU_CACHE_USAGE_OLD = "vllm:gpu_cache_usage_perc"  # before 0.11
 REQUESTS_RUNNING = "vllm:num_requests_running"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
 PREEMPTIONS = "vllm:num_preemptions_total"
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 
 # Sample names kvcap reads, and the family names under which a ``# TYPE`` line may declare them (a counter's
 # family may be written with or without ``_total``).
 SAMPLE_NAMES = frozenset(
-    {CACHE_CONFIG_INFO, KV_CACHE_USAGE, GPU_CACHE_USAGE_OLD, REQUESTS_RUNNING, REQUESTS_WAITING, PREEMPTIONS}
+    {
+        CACHE_CONFIG_INFO,
+        KV_CACHE_USAGE,
+        GPU_CACHE_USAGE_OLD,
+        REQUESTS_RUNNING,
+        REQUESTS_WAITING,
+        PREEMPTIONS,
+        SPEC_DRAFTS,
+        SPEC_ACCEPTED_TOKENS,
+    }
 )
 HISTOGRAM_SAMPLE_NAMES = frozenset(name + suffix for name in HISTOGRAM_NAMES for suffix in HISTOGRAM_SUFFIXES)
-_FAMILY_NAMES = SAMPLE_NAMES | {"vllm:num_preemptions"} | set(HISTOGRAM_NAMES)
+_FAMILY_NAMES = (
+    SAMPLE_NAMES
+    | {"vllm:num_preemptions", "vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens"}
+    | set(HISTOGRAM_NAMES)
+)
 _WANTED_SAMPLES = SAMPLE_NAMES | HISTOGRAM_SAMPLE_NAMES
 
 Sample = tuple[str, Mapping[str, str], float]
@@ -164,6 +182,8 @@ class EngineMetrics:
     requests_waiting: float | None = None
     kv_cache_usage_ratio: float | None = None
     preemptions_total: float | None = None
+    spec_drafts_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,6 +238,19 @@ class VllmMetrics:
         return sum(e.preemptions_total or 0.0 for e in self.engines)
 
     @property
+    def spec_drafts_total(self) -> float | None:
+        """Speculative-decoding drafts over the engines; None when no engine reports the counter."""
+        values = [e.spec_drafts_total for e in self.engines if e.spec_drafts_total is not None]
+        return sum(values) if values else None
+
+    @property
+    def spec_accepted_tokens_total(self) -> float | None:
+        values = [
+            e.spec_accepted_tokens_total for e in self.engines if e.spec_accepted_tokens_total is not None
+        ]
+        return sum(values) if values else None
+
+    @property
     def kv_cache_usage_ratio(self) -> float | None:
         """Mean over the engines that report it (each engine has its own, equally sized, KV cache)."""
         values = [e.kv_cache_usage_ratio for e in self.engines if e.kv_cache_usage_ratio is not None]
@@ -265,6 +298,8 @@ def metrics_from_samples(samples: Iterable[Sample]) -> VllmMetrics:
                 requests_waiting=values.get(REQUESTS_WAITING),
                 kv_cache_usage_ratio=usage,
                 preemptions_total=values.get(PREEMPTIONS),
+                spec_drafts_total=values.get(SPEC_DRAFTS),
+                spec_accepted_tokens_total=values.get(SPEC_ACCEPTED_TOKENS),
             )
         )
     return VllmMetrics(

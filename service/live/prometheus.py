@@ -30,6 +30,8 @@ from service.live.parser import (
     PREEMPTIONS,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
+    SPEC_ACCEPTED_TOKENS,
+    SPEC_DRAFTS,
     Sample,
     metrics_from_samples,
 )
@@ -54,7 +56,15 @@ TARGET_LABELS = frozenset(
         "prometheus_replica",
     }
 )
-QUERIED = (CACHE_CONFIG_INFO, KV_CACHE_USAGE, REQUESTS_RUNNING, REQUESTS_WAITING, PREEMPTIONS)
+QUERIED = (
+    CACHE_CONFIG_INFO,
+    KV_CACHE_USAGE,
+    REQUESTS_RUNNING,
+    REQUESTS_WAITING,
+    PREEMPTIONS,
+    SPEC_DRAFTS,
+    SPEC_ACCEPTED_TOKENS,
+)
 HISTOGRAMS_REGEX = "({})({})".format("|".join(HISTOGRAM_NAMES), "|".join(HISTOGRAM_SUFFIXES))
 
 

@@ -25,6 +25,7 @@ from service.live.schemas import parse_live_source
 from service.live.scraper import TargetResult
 
 KEY = ("llm", "chat")
+URL_A = "http://a:8000/metrics"
 LABELS = {"namespace": "llm", "deployment": "chat"}
 
 
@@ -246,3 +247,44 @@ def test_a_prediction_without_observed_latency_exports_no_drift() -> None:
     body = render_metrics({}, {}, admission=AdmissionMetrics(), latency={KEY: predicted})
     assert samples_of(body, "kvcap_latency_drift_ratio") == {}
     assert list(samples_of(body, "kvcap_predicted_ttft_seconds").values()) == [0.01]
+
+
+def test_observed_acceptance_length_is_one_plus_accepted_over_drafts_in_the_window(
+    vllm_metrics_dir: Path,
+) -> None:
+    start = (vllm_metrics_dir / "vllm-0.32.0-cpu-ngram-start.txt").read_text()
+    served = (vllm_metrics_dir / "vllm-0.32.0-cpu-ngram.txt").read_text()
+    target = LiveTarget(namespace="llm", name="chat", source=parse_live_source({"scrape_urls": [URL_A]}))
+    first = aggregate(target, [result(URL_A, start)], observed_at_s=1000.0, duration_s=0.05)
+    assert first.spec_mean_acceptance_length is None  # no drafts yet: nothing to report
+    second = aggregate(target, [result(URL_A, served)], observed_at_s=1015.0, duration_s=0.05, previous=first)
+    assert second.spec_mean_acceptance_length == pytest.approx(1 + 276 / 96)
+    body = render_metrics({}, {KEY: second}, admission=AdmissionMetrics())
+    assert samples_of(body, "kvcap_observed_spec_acceptance_length") == {
+        tuple(sorted(LABELS.items())): pytest.approx(1 + 276 / 96)
+    }
+    idle = aggregate(target, [result(URL_A, served)], observed_at_s=1030.0, duration_s=0.05, previous=second)
+    assert idle.spec_mean_acceptance_length is None  # no new drafts in that window
+    # The counters went back (a restart, then 10 drafts and 15 accepted tokens): since the pod started, not a
+    # negative window.
+    after_restart = served.replace(
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="/tmp/ngram/model"} 96.0',
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="/tmp/ngram/model"} 10.0',
+    ).replace(
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="/tmp/ngram/model"} 276.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="/tmp/ngram/model"} 15.0',
+    )
+    assert after_restart.count(" 10.0\n") >= 1 and after_restart != served
+    restarted = aggregate(
+        target, [result(URL_A, after_restart)], observed_at_s=1045.0, duration_s=0.05, previous=second
+    )
+    assert restarted.spec_mean_acceptance_length == pytest.approx(2.5)
+    busy = observe([result(URL_A, (vllm_metrics_dir / "vllm-0.32.0-cpu-busy.txt").read_text())])
+    assert busy.spec_mean_acceptance_length is None
+    assert (
+        samples_of(
+            render_metrics({}, {KEY: busy}, admission=AdmissionMetrics()),
+            "kvcap_observed_spec_acceptance_length",
+        )
+        == {}
+    )

@@ -4,6 +4,7 @@ configuration (median of deployments), and simulations of that configuration usi
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -212,3 +213,60 @@ def test_a_speculative_deployments_prediction_uses_its_registered_acceptance() -
     assert predictions[3.5] == pytest.approx(spec_tpot(3.5))
     assert predictions[None] == pytest.approx(spec_tpot(None))  # the draft model's default, 2.18
     assert predictions[3.5] < predictions[None]  # more accepted drafts, fewer steps per token
+
+
+def spec_scrape(requests: float, *, drafts: float, accepted: float) -> TargetResult:
+    """``scrape`` with vLLM's speculative-decoding counters (as ``vllm/v1/spec_decode/metrics.py`` names them)."""
+    base = scrape(requests, tpot_sum=requests * 0.01)
+    labels = 'engine="0",model_name="m"'
+    text = (
+        "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+        f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}\n"
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+        f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {accepted}\n"
+    )
+    assert base.metrics is not None
+    counters = parse_vllm_metrics(text).engines[0]
+    engine = dataclasses.replace(
+        base.metrics.engines[0] if base.metrics.engines else counters,
+        spec_drafts_total=counters.spec_drafts_total,
+        spec_accepted_tokens_total=counters.spec_accepted_tokens_total,
+    )
+    return dataclasses.replace(base, metrics=dataclasses.replace(base.metrics, engines=(engine,)))
+
+
+def test_a_speculative_deployments_prediction_uses_the_acceptance_its_pods_report() -> None:
+    # 40 requests in the window; vLLM counted 800 drafts of which 1,200 tokens were accepted: 1 + 1.5 = 2.5,
+    # which the prediction simulates with instead of the registered 3.5.
+    first = aggregate(
+        TARGET, [spec_scrape(100, drafts=1000.0, accepted=3000.0)], observed_at_s=1000.0, duration_s=0
+    )
+    second = aggregate(
+        TARGET,
+        [spec_scrape(140, drafts=1800.0, accepted=4200.0)],
+        observed_at_s=1010.0,
+        duration_s=0,
+        previous=first,
+    )
+    assert first.spec_mean_acceptance_length == pytest.approx(4.0)  # since the pod started
+    assert second.spec_mean_acceptance_length == pytest.approx(2.5)
+    deployment = DEPLOYMENT.model_copy(
+        update={
+            "speculative_config": PlanRequestBody.model_validate(SPEC_SETTINGS).speculative_config,
+            "workload": WorkloadIn.model_validate(
+                {
+                    "requests_per_second": 4,
+                    "prompt_tokens": 1000,
+                    "output_tokens": 200,
+                    "spec_mean_acceptance_length": 3.5,
+                }
+            ),
+        }
+    )
+    latency = LatencyPredictions()
+    latency.update(builtin_snapshot(), [deployment], {("llm", "chat"): second}, StepTimeScales())
+    assert latency.latency[("llm", "chat")].tpot_seconds == pytest.approx(spec_tpot(2.5))
+    # A deployment registered without speculative decoding ignores the counters.
+    plain = LatencyPredictions()
+    plain.update(builtin_snapshot(), [DEPLOYMENT], {("llm", "chat"): second}, StepTimeScales())
+    assert plain.latency[("llm", "chat")].tpot_seconds == pytest.approx(model_tpot())

@@ -212,7 +212,9 @@ def _full_parser_samples(lines: list[str]) -> list[tuple[str, dict[str, str], fl
     ]
 
 
-@pytest.mark.parametrize("name", ["vllm-0.32.0-cpu-busy.txt", "vllm-0.32.0-cpu-idle.txt"])
+@pytest.mark.parametrize(
+    "name", ["vllm-0.32.0-cpu-busy.txt", "vllm-0.32.0-cpu-idle.txt", "vllm-0.32.0-cpu-ngram.txt"]
+)
 def test_the_fast_sample_reader_gives_what_prometheus_clients_parser_gives(
     vllm_metrics_dir: Path, name: str
 ) -> None:
@@ -241,3 +243,15 @@ def test_escaped_label_values_read_the_same_and_odd_lines_go_to_the_full_parser(
         assert _fast_samples([odd]) is None, odd
     text = 'vllm:num_requests_running{ model_name="m" } 3\n'
     assert parse_vllm_metrics(text).requests_running == 3.0  # the full parser still reads it
+
+
+def test_reads_the_speculative_decoding_counters_of_a_real_ngram_server(vllm_metrics_dir: Path) -> None:
+    # vLLM 0.32.0 (CPU build) with --speculative-config '{"method": "ngram", "num_speculative_tokens": 3, …}'
+    # after six 64-token completions of a repetitive prompt: 96 drafts, 276 draft tokens, all 276 accepted.
+    served = parse_vllm_metrics(fixture_text(vllm_metrics_dir, "vllm-0.32.0-cpu-ngram.txt"))
+    assert (served.spec_drafts_total, served.spec_accepted_tokens_total) == (96.0, 276.0)
+    started = parse_vllm_metrics(fixture_text(vllm_metrics_dir, "vllm-0.32.0-cpu-ngram-start.txt"))
+    assert (started.spec_drafts_total, started.spec_accepted_tokens_total) == (0.0, 0.0)
+    # A server without speculative decoding has no such counters: not reported, not zero.
+    plain = parse_vllm_metrics(fixture_text(vllm_metrics_dir, "vllm-0.32.0-cpu-busy.txt"))
+    assert plain.spec_drafts_total is None and plain.spec_accepted_tokens_total is None

@@ -63,6 +63,13 @@ FLEET: dict[str, list[dict[str, Any]]] = {
     "vllm:num_preemptions_total": [
         series("vllm:num_preemptions_total", "chat-0", "1", engine="0", model_name="llama"),
     ],
+    # chat-0 decodes speculatively, chat-1 does not (no series)
+    "vllm:spec_decode_num_drafts_total": [
+        series("vllm:spec_decode_num_drafts_total", "chat-0", "40", engine="0", model_name="llama"),
+    ],
+    "vllm:spec_decode_num_accepted_tokens_total": [
+        series("vllm:spec_decode_num_accepted_tokens_total", "chat-0", "64", engine="0", model_name="llama"),
+    ],
     "up": [
         series("up", "chat-0", "1"),
         series("up", "chat-1", "1"),
@@ -98,6 +105,9 @@ async def test_groups_series_by_pod_into_the_same_results_a_scrape_gives() -> No
     assert chat0 is not None
     assert chat0.num_gpu_blocks == 28160
     assert chat0.kv_cache_usage_ratio == 0.25
+    assert (chat0.spec_drafts_total, chat0.spec_accepted_tokens_total) == (40.0, 64.0)
+    chat1 = by_pod["chat-1"].metrics
+    assert chat1 is not None and chat1.spec_drafts_total is None and chat1.spec_accepted_tokens_total is None
     assert chat0.requests_running == 3
     assert chat0.preemptions_total == 1
     chat1 = by_pod["chat-1"].metrics
