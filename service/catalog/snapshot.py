@@ -8,7 +8,6 @@ the built-in catalog does).
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,8 +23,6 @@ if TYPE_CHECKING:  # the database side is imported where it is used: offline pla
     # (``service.catalog.offline``) holds plain entries and never loads them.
     from service.catalog.offline import BuiltinGpuEntry, BuiltinModelEntry
     from service.catalog.schemas import GpuCreate, GpuRead, ModelCreate, ModelRead
-
-logger = logging.getLogger("kvcap.catalog")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +70,9 @@ class CatalogSnapshot:
             try:
                 spec = model_spec(entry)
             except Exception as exc:  # a stored row the core rejects must not take the catalog down
-                logger.error("catalog model %s skipped: %s", entry.name, exc)
+                import logging  # here only: importing logging costs an offline command a tenth of its start-up
+
+                logging.getLogger("kvcap.catalog").error("catalog model %s skipped: %s", entry.name, exc)
                 continue
             model_map[entry.name] = CatalogModel(entry=entry, spec=spec)
         gpu_map = {gpu.name: CatalogGpu(entry=gpu, spec=gpu_spec(gpu.name, gpu)) for gpu in gpus}
