@@ -42,6 +42,12 @@ def policy_config() -> PolicyConfig:
         return PolicyConfig(mode="enforce")
 
 
+def _console(*, stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr, soft_wrap=True)
+
+
 def render_check(console: Console, result: CheckResult) -> None:
     from rich.markup import escape
 
@@ -63,10 +69,9 @@ def run_check(
     server: str | None = None,
     http_client: Callable[[], httpx.Client] | None = None,
 ) -> int:
-    """``kvcap check``: a verdict per object; 0 all pass, 1 any denied, 2 unreadable input or a server error."""
-    from rich.console import Console
-    from rich.markup import escape
+    """``kvcap check``: a verdict per object; 0 all pass, 1 any denied, 2 unreadable input or a server error.
 
+    rich is imported only to print lines (``--json`` prints the report alone and never loads it)."""
     from service.admission.check import (
         Document,
         ServerError,
@@ -81,8 +86,6 @@ def run_check(
         unreadable as unreadable_result,
     )
 
-    out = Console(soft_wrap=True)
-    err = Console(stderr=True, soft_wrap=True)
     items = load(list(filename), sys.stdin)
     results: list[CheckResult] = []
     if server:
@@ -95,7 +98,9 @@ def run_check(
                 try:
                     results.append(check_remote(item, client, server))
                 except ServerError as exc:
-                    err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+                    from rich.markup import escape
+
+                    _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
                     return 2
     else:
         from service.catalog.offline import offline_snapshot  # builtin_snapshot's, without the schemas
@@ -108,6 +113,7 @@ def run_check(
     if as_json:
         print(report_json(results), flush=True)  # noqa: T201 (the command's output)
     else:
+        out = _console()
         for result in results:
             render_check(out, result)
         counts = summary(results)
@@ -116,5 +122,7 @@ def run_check(
             for k in ("allowed", "denied", "would_deny", "skipped", "unreadable")
             if counts[k]
         ]
-        err.print(f"{counts['objects']} object(s): {', '.join(parts) or 'none'}", highlight=False)
+        _console(stderr=True).print(
+            f"{counts['objects']} object(s): {', '.join(parts) or 'none'}", highlight=False
+        )
     return exit_code(results)
