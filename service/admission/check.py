@@ -14,7 +14,6 @@ pipeline never mistakes a file it could not parse for one that passed).
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -227,6 +226,8 @@ class ServerError(Exception):
 
 def check_remote(document: Document, client: httpx.Client, server: str) -> CheckResult:
     """Ask ``server``'s webhook with a dry-run AdmissionReview, as the API server would."""
+    import uuid  # only a review sent to a server has a uid (uuid loads platform: the offline check skips both)
+
     import httpx
 
     from service.admission.reviews import review_for  # pydantic: the offline check never needs it
