@@ -3,11 +3,13 @@ command (``service.admission.cli.check``) runs the same function, so both print 
 
 from __future__ import annotations
 
+import builtins
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     import httpx
@@ -62,6 +64,84 @@ def render_check(console: Console, result: CheckResult) -> None:
         console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
+def check_lines(result: CheckResult) -> list[str]:
+    """``render_check``'s lines as text, without their styles."""
+    reason = f": {result.reason}" if result.reason else ""
+    lines = [f"{result.verdict:<10} {result.ref} ({result.where}){reason}"]
+    lines.extend(f"  warning {warning}" for warning in result.warnings)
+    return lines
+
+
+# What rich could print otherwise than as given (such a line goes to rich): markup or an escape (``[``, a
+# backslash), an emoji code (``:name:``), control characters (stripped, tab-expanded or split into lines), and,
+# to be safe, whitespace at a line's end (which rich's wrapping trims when a line is wrapped).
+_NOT_VERBATIM = r"[\[\\\x00-\x1f\x7f-\x9f]|:\S*:|\s$"
+
+
+def plain_stream(stream: TextIO) -> bool:
+    """Whether rich's ``Console`` writes to ``stream`` no escape codes at all: not a terminal by each of its tests
+    (``Console.is_terminal``: no ``FORCE_COLOR`` or ``TTY_COMPATIBLE``, not Jupyter, ``isatty()`` false), and not
+    Windows, where it has renderers of its own. ``False`` when unsure: rich then prints as before."""
+    if sys.platform == "win32" or hasattr(builtins, "get_ipython"):
+        return False
+    if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ:
+        return False
+    try:
+        return not stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class LinePrinter:
+    """Prints ``kvcap check``'s lines to stdout or stderr byte for byte as a ``Console(soft_wrap=True)`` prints
+    them, importing rich only for lines it would change or a stream it would style (a terminal).
+
+    To a stream that is not a terminal rich writes a line with no markup, emoji code, control character or
+    trailing whitespace as it is, then a newline, and flushes; a broken pipe ends the process with exit code 1
+    and stdout sent to ``/dev/null`` (``Console.on_broken_pipe``)."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self.stderr = stderr
+        self._console: Console | None = None
+
+    def write(self, lines: Sequence[str]) -> bool:
+        """Write ``lines`` as rich would and ``True``; ``False``, having written nothing, if rich must."""
+        stream = sys.stderr if self.stderr else sys.stdout
+        if not all(_verbatim(stream, line) for line in lines):
+            return False
+        try:
+            for line in lines:
+                stream.write(line + "\n")
+                stream.flush()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise SystemExit(1) from None
+        return True
+
+    def console(self) -> Console:
+        """The rich console for what ``write`` refuses (made once, when first needed)."""
+        if self._console is None:
+            self._console = _console(stderr=self.stderr)
+        return self._console
+
+
+def _verbatim(stream: TextIO, text: str) -> bool:
+    if re.search(_NOT_VERBATIM, text) or not plain_stream(stream):
+        return False
+    try:
+        text.encode(getattr(stream, "encoding", None) or "utf-8", getattr(stream, "errors", None) or "strict")
+    except (LookupError, UnicodeError):  # rich's write would raise, with its own message
+        return False
+    return True
+
+
+def print_check(printer: LinePrinter, result: CheckResult) -> None:
+    """``render_check``'s lines, written as plain text where rich would write them so."""
+    if not printer.write(check_lines(result)):
+        render_check(printer.console(), result)
+
+
 def run_check(
     filename: Sequence[str],
     *,
@@ -71,7 +151,8 @@ def run_check(
 ) -> int:
     """``kvcap check``: a verdict per object; 0 all pass, 1 any denied, 2 unreadable input or a server error.
 
-    rich is imported only to print lines (``--json`` prints the report alone and never loads it)."""
+    rich is imported only for a line it would print otherwise than as plain text (to a terminal, say): ``--json``
+    and the lines of a pipeline's check never load it."""
     from service.admission.check import (
         Document,
         ServerError,
@@ -113,16 +194,16 @@ def run_check(
     if as_json:
         print(report_json(results), flush=True)  # noqa: T201 (the command's output)
     else:
-        out = _console()
+        out, err = LinePrinter(), LinePrinter(stderr=True)
         for result in results:
-            render_check(out, result)
+            print_check(out, result)
         counts = summary(results)
         parts = [
             f"{counts[k]} {k.replace('_', ' ')}"
             for k in ("allowed", "denied", "would_deny", "skipped", "unreadable")
             if counts[k]
         ]
-        _console(stderr=True).print(
-            f"{counts['objects']} object(s): {', '.join(parts) or 'none'}", highlight=False
-        )
+        line = f"{counts['objects']} object(s): {', '.join(parts) or 'none'}"
+        if not err.write([line]):
+            err.console().print(line, highlight=False)
     return exit_code(results)
