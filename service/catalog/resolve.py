@@ -110,7 +110,7 @@ def resolve_model(snapshot: CatalogSnapshot, ref: str) -> ModelMatch | None:
     wanted = _core(_tokens(ref))
     if not wanted:
         return None
-    candidates = _variant_index(snapshot).get(wanted, ())
+    candidates = tuple(snapshot.models[name] for name in _variant_index(snapshot).get(wanted, ()))
     if len(candidates) > 1:
         # A checkpoint-specific entry (Meta's FP8 405B, whose own layout an exact id reaches) shares its core name
         # with the base architecture; other variants of that name (neuralmagic/…-FP8, …-AWQ) are the base one.
@@ -120,20 +120,21 @@ def resolve_model(snapshot: CatalogSnapshot, ref: str) -> ModelMatch | None:
     return None
 
 
-_INDEXES: dict[int, tuple[CatalogSnapshot, dict[tuple[str, ...], tuple[CatalogModel, ...]]]] = {}
+_INDEXES: dict[int, tuple[CatalogSnapshot, dict[tuple[str, ...], tuple[str, ...]]]] = {}
 
 
-def _variant_index(snapshot: CatalogSnapshot) -> dict[tuple[str, ...], tuple[CatalogModel, ...]]:
-    """Core name tokens → models, built once per snapshot (snapshots are immutable and replaced whole)."""
+def _variant_index(snapshot: CatalogSnapshot) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Core name tokens → model names, in catalog order, built once per snapshot (snapshots are immutable and
+    replaced whole); read from the entries, so a lazily made catalog makes only the models a lookup returns."""
     cached = _INDEXES.get(id(snapshot))
     if cached is not None and cached[0] is snapshot:
         return cached[1]
-    index: dict[tuple[str, ...], list[CatalogModel]] = {}
-    for model in snapshot.models.values():
-        keys = {model.name, *(k for k in (model.entry.hf_id,) if k), *model.entry.aliases}
+    index: dict[tuple[str, ...], list[str]] = {}
+    for name, entry in snapshot.model_entries().items():
+        keys = {entry.name, *(k for k in (entry.hf_id,) if k), *entry.aliases}
         for core in {_core(_tokens(key)) for key in keys}:
-            index.setdefault(core, []).append(model)
-    frozen = {core: tuple(models) for core, models in index.items()}
+            index.setdefault(core, []).append(name)
+    frozen = {core: tuple(names) for core, names in index.items()}
     if len(_INDEXES) >= 4:  # a few generations of the catalog at most
         _INDEXES.clear()
     _INDEXES[id(snapshot)] = (snapshot, frozen)

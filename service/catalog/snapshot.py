@@ -9,7 +9,7 @@ the built-in catalog does).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -43,6 +43,28 @@ class CatalogGpu:
     @property
     def name(self) -> str:
         return self.entry.name
+
+
+class LazyModels(Mapping[str, CatalogModel]):
+    """Models by name that are made when first read, their entries (all a lookup reads) at hand from the start."""
+
+    entries: Mapping[str, ModelRead | ModelCreate | BuiltinModelEntry]
+
+
+def lookup_keys(entries: Sequence[ModelRead | ModelCreate | BuiltinModelEntry]) -> dict[str, str]:
+    """Lower-cased catalog name, Hugging Face id and alias → the model's name, for ``find_model``.
+
+    Exact names first, then HF ids, then aliases: a later, weaker key never shadows a stronger one."""
+    keys: dict[str, str] = {}
+    for entry in entries:
+        keys.setdefault(entry.name.lower(), entry.name)
+    for entry in entries:
+        if entry.hf_id:
+            keys.setdefault(entry.hf_id.lower(), entry.name)
+    for entry in entries:
+        for alias in entry.aliases:
+            keys.setdefault(alias.lower(), entry.name)
+    return keys
 
 
 def normalize_key(text: str) -> str:
@@ -80,19 +102,22 @@ class CatalogSnapshot:
 
     @classmethod
     def of(
-        cls, model_map: dict[str, CatalogModel], gpu_map: dict[str, CatalogGpu], *, source: str
+        cls, model_map: Mapping[str, CatalogModel], gpu_map: dict[str, CatalogGpu], *, source: str
     ) -> CatalogSnapshot:
         """The snapshot of entries whose specs are made, with the lookup keys ``find_model``/``find_gpu`` use."""
-        model_keys: dict[str, str] = {}
-        # Exact names first, then HF ids, then aliases: a later, weaker key never shadows a stronger one.
-        for entry_model in model_map.values():
-            model_keys.setdefault(entry_model.name.lower(), entry_model.name)
-        for entry_model in model_map.values():
-            if entry_model.entry.hf_id:
-                model_keys.setdefault(entry_model.entry.hf_id.lower(), entry_model.name)
-        for entry_model in model_map.values():
-            for alias in entry_model.entry.aliases:
-                model_keys.setdefault(alias.lower(), entry_model.name)
+        model_keys = lookup_keys([model.entry for model in model_map.values()])
+        return cls.with_keys(model_map, gpu_map, source=source, model_keys=model_keys)
+
+    @classmethod
+    def with_keys(
+        cls,
+        model_map: Mapping[str, CatalogModel],
+        gpu_map: dict[str, CatalogGpu],
+        *,
+        source: str,
+        model_keys: dict[str, str],
+    ) -> CatalogSnapshot:
+        """``of`` with the models' lookup keys given (``lookup_keys`` of their entries, in the models' order)."""
         gpu_keys: dict[str, str] = {}
         for catalog_gpu in gpu_map.values():
             gpu_keys.setdefault(normalize_key(catalog_gpu.name), catalog_gpu.name)
@@ -102,6 +127,12 @@ class CatalogSnapshot:
             if catalog_gpu.entry.display_name:
                 gpu_keys.setdefault(normalize_key(catalog_gpu.entry.display_name), catalog_gpu.name)
         return cls(models=model_map, gpus=gpu_map, source=source, _model_keys=model_keys, _gpu_keys=gpu_keys)
+
+    def model_entries(self) -> Mapping[str, ModelRead | ModelCreate | BuiltinModelEntry]:
+        """Each model's entry by name, in the models' order, without making the models of ``LazyModels``."""
+        if isinstance(self.models, LazyModels):
+            return self.models.entries
+        return {name: model.entry for name, model in self.models.items()}
 
     def find_model(self, ref: str) -> CatalogModel | None:
         """By catalog name, Hugging Face id or alias (case-insensitive)."""
