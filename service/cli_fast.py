@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,8 @@ def err_console() -> Console:
 
 
 def out_console() -> Console:
+    import shutil  # with bz2 and lzma: here only, for a plan's tables (``kvcap check`` never loads it)
+
     from rich.console import Console
 
     return Console(width=shutil.get_terminal_size((150, 24)).columns)
