@@ -123,7 +123,8 @@ print(json.dumps({"code": code, "loaded": sorted(heavy & {m.split(".")[0] for m 
 # What an offline plan or check never needs: the typer app, the schemas, the web and database stacks, the HTTP
 # client, logging; rich only to draw a plan's tables, yaml only to read manifests.
 _HEAVY = {
-    "typer", "click", "pydantic", "fastapi", "starlette", "sqlalchemy", "httpx", "uvicorn", "logging", "rich", "yaml"
+    "typer", "click", "pydantic", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg", "aiosqlite",
+    "httpx", "logging", "rich", "yaml",
 }  # fmt: skip
 
 
