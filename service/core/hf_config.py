@@ -742,9 +742,9 @@ def rope_cache_bytes(
 
 
 _SKIP_LIST_KEYS = ("modules_to_not_convert", "ignored_layers", "ignore")
-_LAYER_MODULE = re.compile(
-    r"^(?:model\.|language_model\.model\.|model\.language_model\.)?layers\.(\d+|\*)(?:\.(self_attn|mlp)(?:\.(\w+))?)?$"
-)
+# Compiled on first use (``re``'s cache): only a checkpoint that lists skipped modules needs it, and compiling it
+# costs an offline command about a millisecond of start-up.
+_LAYER_MODULE = r"^(?:model\.|language_model\.model\.|model\.language_model\.)?layers\.(\d+|\*)(?:\.(self_attn|mlp)(?:\.(\w+))?)?$"
 
 
 def unquantized_parameters(r: _Reader, p: ParameterInputs, kinds: tuple[LayerType, ...]) -> int:
@@ -775,7 +775,7 @@ def unquantized_parameters(r: _Reader, p: ParameterInputs, kinds: tuple[LayerTyp
     }
     chosen: dict[tuple[int, str], int] = {}
     for name in listed:
-        match = _LAYER_MODULE.match(str(name))
+        match = re.match(_LAYER_MODULE, str(name))
         if match is None:
             continue
         index, block, leaf = match.groups()
