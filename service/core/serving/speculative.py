@@ -192,3 +192,23 @@ def spec_decoding_of(
 def initial_credit(index: int) -> int:
     """The accumulator phase of request ``index`` in ``ACCEPTANCE_UNITS`` (see the module docstring)."""
     return int((index * GOLDEN_RATIO_FRACTION) % 1.0 * ACCEPTANCE_UNITS)
+
+
+# ``VllmConfig._set_max_num_scheduled_tokens`` (``vllm/config/vllm.py``, read in the 0.17.0 – 0.27.1 wheels; absent
+# in 0.16.0): with speculative decoding the scheduler's per-step token budget is ``max_num_batched_tokens −
+# max_num_seqs × max_num_new_slots_for_drafting`` — the slots drafting may add to a batch, 1 per request for a draft
+# model (``SpeculativeConfig.max_num_new_slots_for_drafting``: "one new slot per request since we do not slice the
+# draft tokens"), 0 for EAGLE/MTP and n-gram proposers without parallel drafting. From 0.28.0 the budget is
+# ``max_num_batched_tokens`` again (the slots are only checked against it). E.g. a draft model with 8,192 batched
+# tokens and 1,024 sequences schedules at most 7,168 tokens a step.
+DRAFT_SLOTS_TAKEN_FROM_BUDGET = ((0, 17), (0, 28))  # [from, until)
+
+
+def scheduled_token_budget(
+    method: str | None, version: tuple[int, int] | None, *, max_num_seqs: int, max_num_batched_tokens: int
+) -> int:
+    """The scheduler's per-step token budget (``max_num_scheduled_tokens``) vLLM derives (see above)."""
+    first, until = DRAFT_SLOTS_TAKEN_FROM_BUDGET
+    if method != "draft_model" or version is None or not first <= version < until:
+        return max_num_batched_tokens
+    return max_num_batched_tokens - max_num_seqs

@@ -348,3 +348,26 @@ def test_mtp_passes_run_one_target_layer_each_and_read_the_shared_lm_head(k: int
     assert replica.step_model.kv_bytes_per_token == 61 * latent
     assert draft.model.kv_bytes_per_token == latent
     assert replica.scheduler_config.num_lookahead_tokens == k
+
+
+def test_a_draft_models_slots_come_out_of_the_step_budget_from_0_17_to_0_27() -> None:
+    # vllm/config/vllm.py::_set_max_num_scheduled_tokens (0.17.0 – 0.27.1): max_num_batched_tokens − max_num_seqs ×
+    # max_num_new_slots_for_drafting, 1 slot per request for a draft model and none for EAGLE; from 0.28.0 the
+    # budget is max_num_batched_tokens.
+    changes = {"max_num_seqs": 256, "max_num_batched_tokens": 8192}
+    for method, engine, budget in (
+        ("draft_model", "vllm-0.16", 8192),
+        ("draft_model", "vllm-0.17", 8192 - 256),
+        ("draft_model", "vllm-0.27", 8192 - 256),
+        ("draft_model", "vllm-0.28", 8192),
+        ("eagle", "vllm-0.27", 8192),
+        ("ngram", "vllm-0.27", 8192),
+    ):
+        replica = prepare_replica(_request(method, 3, engine=engine, **changes), coefficients=COEFFS)
+        assert replica.scheduler_config.max_num_batched_tokens == budget, (method, engine)
+    with pytest.raises(InvalidSpec, match="max_num_scheduled_tokens is set to 0 based on") as found:
+        prepare_replica(
+            _request("draft_model", 3, engine="vllm-0.27", max_num_seqs=512, max_num_batched_tokens=512),
+            coefficients=COEFFS,
+        )
+    assert found.value.field == "max_num_batched_tokens"
