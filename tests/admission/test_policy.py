@@ -629,3 +629,27 @@ def test_a_json_flag_kvcap_cannot_read_leaves_the_serving_unchecked(snapshot: Ca
     assert verdict.outcome != "denied"
     assert verdict.unevaluated == ("invalid_spec",)
     assert any("it cannot read --limit-mm-per-prompt" in w for w in verdict.warnings), verdict.warnings
+
+
+def test_explicit_async_scheduling_with_the_host_ngram_proposer_is_a_start_vllm_refuses(
+    snapshot: CatalogSnapshot,
+) -> None:
+    # vllm/config/vllm.py (0.32.0): --async-scheduling with an n-gram proposer on the host raises before serving.
+    spec = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']
+
+    def at(args: list[str]) -> Verdict:
+        obj = serving(args)
+        obj["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v0.32.0"
+        return judge(obj, snapshot)
+
+    refused = at([*TRAFFIC_ARGS, *spec, "--async-scheduling"])
+    assert refused.outcome == "denied"
+    assert refused.message.startswith(
+        "vLLM would refuse to start vllm: async_scheduling: Currently, async scheduling is only supported with "
+        "EAGLE/MTP/Draft Model/NGram GPU/DSpark/DFlash kind of speculative decoding"
+    )
+    plain = at([*TRAFFIC_ARGS, *spec])  # left to vLLM: it turns async scheduling off and serves
+    assert plain.outcome == "allowed"
+    assert "Async scheduling not supported with ngram-based speculative decoding and will be disabled." in (
+        plain.warnings
+    )

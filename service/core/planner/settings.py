@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from service.core.bounds import check_request_range, check_request_ranges
 from service.core.dtypes import KvCacheDtype, resolve_kv_cache_dtype
 from service.core.engines import EngineProfile, resolve_engine
-from service.core.errors import InvalidSpec
+from service.core.errors import InvalidSpec, StartRefusal
 from service.core.overheads import OverheadCoefficients
 from service.core.planner.checks import (
     COHERE2_MODEL_TYPES,
@@ -567,7 +567,7 @@ def _async_scheduling(request: PlanRequest, engine: EngineProfile, pp: int) -> t
             and not _async_capable(method, version, explicit=True)
         ):
             kinds = next(text for since, text in ASYNC_REFUSAL if version >= since)
-            raise InvalidSpec(
+            raise StartRefusal(
                 f"Currently, async scheduling is only supported with {kinds} kind of speculative decoding "
                 f"(speculative_config.method {method!r})",
                 field="async_scheduling",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from service.core.dtypes import MODEL_DTYPE_BYTES, normalize_model_dtype
 from service.core.engines import resolve_engine
-from service.core.errors import InvalidSpec
+from service.core.errors import InvalidSpec, StartRefusal
 from service.core.planner import CapacityPlan, PlanRequest
 from service.core.planner import plan as make_plan
 from service.core.serving.arrivals import arrival_offsets_seconds
@@ -346,7 +346,7 @@ def prepare_replica(
         max_num_batched_tokens=settings.max_num_batched_tokens,
     )
     if budget <= 0:
-        raise InvalidSpec(
+        raise StartRefusal(
             f"max_num_scheduled_tokens is set to {budget} based on the speculative decoding settings, which does "
             "not allow any tokens to be scheduled. Increase max_num_batched_tokens to accommodate the additional "
             "draft token slots, or decrease num_speculative_tokens or max_num_seqs.",
