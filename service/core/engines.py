@@ -1,6 +1,6 @@
 """Engine profiles: which of vLLM's rules apply for a given release.
 
-vLLM's capacity rules changed between releases (read from the 0.5.5, 0.6.3, 0.6.4, 0.7.3 and 0.10.1 … 0.33.0
+vLLM's capacity rules changed between releases (read from the 0.5.5, 0.6.3, 0.6.4, 0.7.3 and 0.10.1 … 0.34.0
 wheels). A request names an engine as ``ideal`` or ``vllm-<major>.<minor>``; it maps to one of four *profiles*:
 
 ==============  =====================================================================================
@@ -10,7 +10,9 @@ wheels). A request names an engine as ``ideal`` or ``vllm-<major>.<minor>``; it 
                 spans all attention layers, NCCL buffers are charged, sliding windows are charged as full
                 attention, ``max_num_seqs`` 256, concurrency = blocks × block_size / max_model_len
 ``vllm-0.11``   V1 from 0.8 to 0.19: utilisation 0.9, CUDA graphs live in the 1 − utilisation headroom
-``vllm-0.20``   V1 from 0.20 on: utilisation 0.92 and the estimated CUDA-graph memory is subtracted
+``vllm-0.20``   V1 from 0.20 on: utilisation 0.92 and the estimated CUDA-graph memory is subtracted; from
+                0.34 the KV cache is sized after warm-up on CUDA and ROCm (the extensible KV cache:
+                utilisation 1.0 and a margin kept free) and GPU blocks hold 64 tokens
 ==============  =====================================================================================
 
 V1 became the default engine in 0.8.0 (``vllm/envs.py``: ``VLLM_USE_V1`` defaults to 1; 0.7.3 still defaults
@@ -19,7 +21,8 @@ to 0), and V0 was removed in 0.11: so ``vllm-0.8`` … ``vllm-0.10`` mean V1 and
 
 Inside a profile the exact release still matters for a few details, so the profile carries the flags for the
 release that was asked for (``ceil`` of the requested budget from 0.15, the 1.25/1.5 group-size rule, the
-token count formula of 0.21, the in-flight term of 0.28, the null block in the refusal check of 0.30 …). A
+token count formula of 0.21, the in-flight term of 0.28, the null block in the refusal check of 0.30, the
+extensible KV cache and 64-token blocks of 0.34 …). A
 patch release is kept where the rules changed inside a minor line (``vllm-0.5.2``: no long-context chunked
 prefill by default before 0.5.3; ``vllm-0.6.3``: the profiler and block sizes before 0.6.4; ``vllm-0.7.0``:
 DeepSeek's MLA layers cached per head before 0.7.1); a bare minor means its last patch release.
@@ -36,7 +39,7 @@ from service.core.errors import UnknownEngine
 OLDEST_VERSION = (0, 5)
 V1_DEFAULT_SINCE = (0, 8)  # vllm/envs.py: VLLM_USE_V1 defaults to "1" from 0.8.0 ("0" in 0.7.3)
 V0_REMOVED_SINCE = (0, 11)
-NEWEST_VERSION = (0, 33)
+NEWEST_VERSION = (0, 34)
 # vllm/config/compilation.py: cudagraph_mode defaults to FULL_AND_PIECEWISE from 0.11 (PIECEWISE before).
 FULL_CUDAGRAPH_DECODE_SINCE = (0, 11)
 DEFAULT_ENGINE = f"vllm-{NEWEST_VERSION[0]}.{NEWEST_VERSION[1]}"
@@ -148,6 +151,19 @@ class EngineProfile:
     # 0.14's async-scheduling default "excludes some not-yet-supported configurations: pipeline parallel, CPU
     # backend, …" (v0.14.0 release notes); async scheduling with PP came later (vllm PR #32359).
     async_scheduling_default_with_pp: bool = True
+    # vllm/config/cache.py, 0.34.0: ``CacheConfig.DEFAULT_BLOCK_SIZE`` 64 (16 to 0.33); every GPU attention backend
+    # whose kernel blocks are multiples of 16 keeps it (``AttentionBackend.get_preferred_block_size``,
+    # vllm/v1/attention/backend.py), FlashMLA (64) and CUTLASS MLA (128) keep their own.
+    gpu_block_size: int = 16
+    # vllm/config/vllm.py ``_resolve_extensible_kv_cache``, 0.34.0: on CUDA and ROCm unless --kv-cache-memory-bytes or
+    # --num-gpu-blocks-override is given, the KV cache is committed after warm-up and CUDA-graph capture and sized
+    # from the memory then free (vllm/v1/worker/extensible_kv_cache.py ``measure_kv_cache_bytes``); an unset
+    # --gpu-memory-utilization then means 1.0 (``CacheConfig.resolved_gpu_memory_utilization``).
+    extensible_kv_cache: bool = False
+    # vllm/config/vllm.py ``_split_cudagraph_capture_sizes``, 0.34.0: on SM 10.x the prefill (piecewise) graphs
+    # default to ``prefill_cudagraph_capture_grid(min(8192, max_num_batched_tokens))`` and the FULL decode graphs
+    # to ``decode_cudagraph_capture_grid(max_num_seqs)`` (vllm/config/compilation.py).
+    blackwell_capture_grids: bool = False
     _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
@@ -335,6 +351,9 @@ def resolve_engine(engine: str | None) -> EngineProfile:
         draft_model_speculation=_v(rules, (0, 14)),
         text_only_skips_encoder=_v(rules, (0, 10)),
         async_scheduling_default_with_pp=rules != (0, 14),
+        gpu_block_size=64 if _v(rules, (0, 34)) else 16,
+        extensible_kv_cache=not v0 and _v(rules, (0, 34)),
+        blackwell_capture_grids=not v0 and _v(rules, (0, 34)),
     )
 
 

@@ -53,6 +53,8 @@ layers on the rank; ``first`` holds the static buffers between the piecewise gra
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -158,6 +160,50 @@ def cudagraph_capture_sizes(
     else:
         sizes = [1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)]
     return tuple(s for s in sizes if s <= largest)
+
+
+def _grid(limit: int, stride_for: Callable[[int], float]) -> tuple[int, ...]:
+    """1 … ``limit``: from each size, the next multiple of the largest power of two ≤ ``stride_for(size)``."""
+    out: list[int] = []
+    size = 1
+    while size < limit:
+        out.append(size)
+        stride = 1 << max(0, math.floor(math.log2(max(1.0, stride_for(size)))))
+        size += stride - size % stride
+    return (*out, limit) if limit > 0 else ()
+
+
+BLACKWELL_PREFILL_GRAPH_TOKENS = 8192  # max_prefill_cudagraph_capture_tokens' SM 10.x default (0.34)
+BLACKWELL_DECODE_GRAPH_TOKENS = 8192  # max_decode_cudagraph_capture_tokens' SM 10.x default (0.34)
+
+
+@lru_cache(maxsize=256)
+def blackwell_capture_grids(
+    max_num_seqs: int, max_num_batched_tokens: int
+) -> tuple[tuple[int, ...], list[int]]:
+    """(piecewise sizes, FULL decode sizes) on SM 10.x from 0.34 (``_split_cudagraph_capture_sizes``).
+
+    With no capture sizes configured the prefill graphs take ``prefill_cudagraph_capture_grid`` up to
+    ``min(8192, max_num_batched_tokens)`` ("1, 2, 4, every 8 up to 64, four sizes per doubling up to 1024,
+    then every 256 tokens, and every 512 once 7% of the size exceeds 512: 54 sizes at 8192") and the FULL decode
+    graphs ``decode_cudagraph_capture_grid(max_num_seqs)`` ("every count up to 6, then a step of the largest
+    power of two not above 0.65 · n^(2/3) …: 64 sizes at 1024"), one token per request, within 8192 decode
+    tokens and the batched tokens (vllm/config/compilation.py and vllm/config/vllm.py, 0.34.0).
+    """
+    prefill = _grid(
+        min(BLACKWELL_PREFILL_GRAPH_TOKENS, max_num_batched_tokens),
+        lambda t: min(t, max(8.0, t / 4), 0.07 * max(t, 4096)),
+    )
+    requests = _grid(max_num_seqs, lambda n: 0.65 * n ** (2 / 3))
+    limit = min(max_num_seqs, BLACKWELL_DECODE_GRAPH_TOKENS, max_num_batched_tokens)
+    # ``decode_cudagraph_capture_shapes``: a batch pads to the smallest graph that holds it, so the first size
+    # above the limit is captured at the limit and larger ones are never captured.
+    decode: list[int] = []
+    for n in requests:
+        decode.append(min(n, limit))
+        if n >= limit:
+            break
+    return prefill, decode
 
 
 def sampler_sorts(engine: EngineProfile, requests: int, *, flashinfer: bool = True) -> bool:
@@ -305,6 +351,8 @@ def estimate_cudagraph(
     full = (
         [s for s in sizes if s <= max_num_seqs] if engine.version is None or engine.version >= (0, 11) else []
     )
+    if blackwell and engine.blackwell_capture_grids:
+        sizes, full = blackwell_capture_grids(max_num_seqs, max_num_batched_tokens)
     per_graph = max(MIB, c.cudagraph_bytes_per_layer_per_graph * layers_on_rank)
     per = _per_token(model, tensor_parallel_size, b, attention_output=False, quantization=None)
     first = max(sizes) * per.transient  # the largest batch's activations in the shared graph pool

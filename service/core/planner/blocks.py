@@ -50,6 +50,9 @@ class PipelineStage(NamedTuple):
     available_low: int
     available_high: int
     num_gpu_blocks: int
+    margin_bytes: int = (
+        0  # the extensible KV cache's sizing margin (0.34+; ``memory.measured_kv_cache_bytes``)
+    )
 
 
 class Blocks(NamedTuple):
@@ -81,6 +84,7 @@ def count_blocks(settings: Settings, layout: Layout, memory: MemoryBudget) -> Bl
             available_low=mem.available_low_bytes,
             available_high=mem.available_high_bytes,
             num_gpu_blocks=blocks_for(lay.layout, mem.available_bytes),
+            margin_bytes=mem.margin_bytes,
         )
         for lay, mem in zip(layout.stages, memory.stages, strict=True)
     )

@@ -154,13 +154,34 @@ def explain_fixed(
                 value=overheads.cudagraph.bytes,
                 unit="bytes",
             ),
-            Term(
-                name="kv_cache_memory",
-                formula="budget − weights − activation_peak − non_torch − cudagraph",
-                value=worst.available,
-                unit="bytes",
-            ),
         ]
+        if settings.extensible_kv_cache:
+            terms += [
+                Term(
+                    name="sizing_margin",
+                    formula="max(1 GiB (3 GiB on ROCm), 0.75 × activation_peak): kept free by the extensible KV cache",
+                    value=worst.margin_bytes,
+                    unit="bytes",
+                ),
+                Term(
+                    name="kv_cache_memory",
+                    formula=(
+                        "min(budget − weights − non_torch − cudagraph, total − weights − non_torch − cudagraph − "
+                        "sizing_margin) − activation_peak (sized after warm-up and capture)"
+                    ),
+                    value=worst.available,
+                    unit="bytes",
+                ),
+            ]
+        else:
+            terms.append(
+                Term(
+                    name="kv_cache_memory",
+                    formula="budget − weights − activation_peak − non_torch − cudagraph",
+                    value=worst.available,
+                    unit="bytes",
+                )
+            )
     else:
         terms.append(
             Term(

@@ -5,10 +5,20 @@ Per pipeline stage (one GPU of it)::
     budget    = ceil(total × gpu_memory_utilization)       (0.15+; the float before)
     available = budget − weights − activation peak − non-torch − CUDA graphs (0.20+)
 
-or exactly ``--kv-cache-memory-bytes`` when given (vLLM then skips profiling). The overhead terms are estimates
-with a band (``service.core.overheads``), so ``available`` comes with a low and a high end. Every worker
-profiles its own device (``gpu_worker.determine_available_memory``: ``requested_memory`` is that device's total ×
-utilisation), so stages on different GPUs each get their own GPU's budget.
+or exactly ``--kv-cache-memory-bytes`` when given (vLLM then skips profiling). From 0.34 on CUDA and ROCm the
+extensible KV cache is committed after warm-up and CUDA-graph capture, from the memory measured then
+(``measure_kv_cache_bytes``, vllm/v1/worker/extensible_kv_cache.py, 0.34.0)::
+
+    non-KV    = weights + non-torch + CUDA graphs (measured after capture; ``profile_cudagraph_memory`` is 0)
+    margin    = max(1 GiB (3 GiB on ROCm), 0.75 × activation peak)
+    available = min(budget − non-KV, free at start − non-KV − margin) − activation peak
+
+with the budget ``ceil(total × 1.0)`` when ``--gpu-memory-utilization`` is unset. The memory held before the
+start-up snapshot (CUDA context) is not modelled, so "free at start" is the GPU's total.
+
+The overhead terms are estimates with a band (``service.core.overheads``), so ``available`` comes with a low and
+a high end. Every worker profiles its own device (``gpu_worker.determine_available_memory``: ``requested_memory``
+is that device's total × utilisation), so stages on different GPUs each get their own GPU's budget.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from typing import NamedTuple
 
 from service.core.overheads import Estimate, Overheads, estimate_overheads, nvls_fabric
 from service.core.planner.settings import Settings, is_datacenter_blackwell
+from service.core.specs import GpuSpec
 from service.core.weights import WeightShare, weight_shares
 
 
@@ -51,6 +62,7 @@ class StageMemory(NamedTuple):
     available_bytes: int
     available_low_bytes: int
     available_high_bytes: int
+    margin_bytes: int = 0  # the extensible KV cache's sizing margin (0.34+), 0 otherwise
 
 
 class MemoryBudget(NamedTuple):
@@ -102,8 +114,25 @@ def memory_budget(
         )
         if extra_activation and share.stage == 0:
             overheads = _with_encoder_profile(overheads, extra_activation)
+        margin = 0
         if settings.kv_cache_memory_bytes is not None:
             available = low = high = settings.kv_cache_memory_bytes
+        elif settings.extensible_kv_cache:
+            floor = _margin_floor(gpu)
+            # The central estimate, then the low end from the high overheads and the high end from the low ones.
+            sized = [
+                measured_kv_cache_bytes(
+                    budget=budget,
+                    total=total,
+                    weights=weights,
+                    non_torch=getattr(overheads.non_torch, end),
+                    cudagraph=getattr(overheads.cudagraph, end),
+                    activation=getattr(overheads.activation, end),
+                    margin_floor=floor,
+                )
+                for end in ("bytes", "high", "low")
+            ]
+            (available, margin), (low, _), (high, _) = sized
         else:
             free = budget - weights
             available = int(free - overheads.total_bytes)
@@ -120,11 +149,52 @@ def memory_budget(
                 available_bytes=available,
                 available_low_bytes=low,
                 available_high_bytes=high,
+                margin_bytes=margin,
             )
         )
     return MemoryBudget(
         total_bytes=stages[0].total_bytes, budget_bytes=stages[0].budget_bytes, stages=tuple(stages)
     )
+
+
+# vllm/v1/worker/extensible_kv_cache.py, 0.34.0: KV_CACHE_MARGIN_FLOOR_BYTES = (3 if ROCm else 1) << 30 and
+# KV_CACHE_MARGIN_FRACTION = 0.75.
+MARGIN_FLOOR_BYTES = 1 << 30
+ROCM_MARGIN_FLOOR_BYTES = 3 << 30
+MARGIN_FRACTION = 0.75
+
+
+def _margin_floor(gpu: GpuSpec | None) -> int:
+    capability = (gpu.compute_capability if gpu else None) or ""
+    return ROCM_MARGIN_FLOOR_BYTES if capability.startswith("gfx") else MARGIN_FLOOR_BYTES
+
+
+def measured_kv_cache_bytes(
+    *,
+    budget: float,
+    total: int,
+    weights: int,
+    non_torch: int,
+    cudagraph: int,
+    activation: int,
+    margin_floor: int = MARGIN_FLOOR_BYTES,
+) -> tuple[int, int]:
+    """(KV cache bytes, margin) of the extensible KV cache (``measure_kv_cache_bytes``, 0.34.0).
+
+    vLLM measures after warm-up: ``non_kv_used`` = the drop in free memory less the committed blocks (weights,
+    non-torch memory, the captured graphs), ``headroom`` = what is free plus the committed blocks (the free memory
+    at start less ``non_kv_used``). It keeps ``max(floor, 0.75 × transient peak)`` of the headroom as a margin
+    and then the transient peak itself (the profiled activation peak: ``reserved_headroom_bytes`` starts at
+    ``peak_activation_memory``, which has no CUDA-graph estimate under this cache), so::
+
+        min(budget − non_kv_used, headroom − margin) − transient peak
+
+    vLLM clamps it at 0; the sign is kept here, as for the other releases, and either way no block fits.
+    """
+    non_kv_used = weights + non_torch + cudagraph
+    margin = max(margin_floor, int(activation * MARGIN_FRACTION))
+    available = min(budget - non_kv_used, total - non_kv_used - margin) - activation
+    return int(available), margin
 
 
 def _with_encoder_profile(overheads: Overheads, extra: int) -> Overheads:

@@ -65,6 +65,9 @@ class Settings(NamedTuple):
     kv_cache_memory_bytes: int | None
     num_gpu_blocks_override: int | None
     block_size: int  # before hybrid models raise it to unify page sizes (layout stage)
+    extensible_kv_cache: (
+        bool  # 0.34+ on GPUs: the KV cache is sized after warm-up (``uses_extensible_kv_cache``)
+    )
     enforce_eager: bool
     async_scheduling: bool
     enable_chunked_prefill: bool
@@ -124,6 +127,7 @@ def settings_at_length(request: PlanRequest, base: LengthFree) -> Settings:
         kv_cache_memory_bytes=request.kv_cache_memory_bytes,
         num_gpu_blocks_override=request.num_gpu_blocks_override,
         block_size=base.block_size,
+        extensible_kv_cache=uses_extensible_kv_cache(request, engine),
         enforce_eager=request.enforce_eager,
         async_scheduling=base.async_scheduling,
         enable_chunked_prefill=chunked,
@@ -225,7 +229,7 @@ def length_free(request: PlanRequest) -> LengthFree:
         quantization=quant,
         model=model,
         block_size=block_size,
-        gpu_memory_utilization=util if util is not None else engine.default_gpu_memory_utilization,
+        gpu_memory_utilization=util if util is not None else default_gpu_memory_utilization(request, engine),
         async_scheduling=async_scheduling,
         early=(*kv_messages, *block_messages),
         state=tuple(state_messages),
@@ -464,6 +468,29 @@ def over_derived_message(
     )
 
 
+def uses_extensible_kv_cache(request: PlanRequest, engine: EngineProfile) -> bool:
+    """Whether the release sizes this request's KV cache after warm-up (the extensible KV cache, 0.34+).
+
+    ``VllmConfig._resolve_extensible_kv_cache`` (vllm/config/vllm.py, 0.34.0) turns it on where unset on CUDA and
+    ROCm, and off with ``kv_cache_memory_bytes`` or ``num_gpu_blocks_override`` (either overrides the measured
+    size). The KV connectors that also turn it off (legacy CUDA IPC, a custom memory pool, NIXL without an IMEX
+    channel) are not modelled.
+    """
+    return (
+        engine.extensible_kv_cache
+        and request.device != "cpu"
+        and request.gpu is not None
+        and request.kv_cache_memory_bytes is None
+        and request.num_gpu_blocks_override is None
+    )
+
+
+def default_gpu_memory_utilization(request: PlanRequest, engine: EngineProfile) -> float:
+    """An unset ``--gpu-memory-utilization``: 1.0 with the extensible KV cache, else the release's default
+    (``CacheConfig.resolved_gpu_memory_utilization``, vllm/config/cache.py, 0.34.0; 0.92 from 0.20, 0.9 before)."""
+    return 1.0 if uses_extensible_kv_cache(request, engine) else engine.default_gpu_memory_utilization
+
+
 def _block_size(request: PlanRequest, engine: EngineProfile) -> tuple[int, list[Message]]:
     """``--block-size``, or the release's default; MLA on CUDA takes the backend's block in V1 0.8 – 0.11.
 
@@ -658,7 +685,8 @@ def _is_hopper(gpu: GpuSpec | None) -> bool:
 
 
 def default_block_size(model: ModelSpec, engine: EngineProfile, gpu: GpuSpec | None, device: str) -> int:
-    """16 on GPUs; 128 on the CPU backend (0.12+); MLA backends: FlashMLA 64 (Hopper), CUTLASS 128 (Blackwell).
+    """16 on GPUs (64 from 0.34: ``engine.gpu_block_size``); 128 on the CPU backend (0.12+); MLA backends:
+    FlashMLA 64 (Hopper), CUTLASS 128 (Blackwell), Triton MLA (multiples of 16) the GPU default elsewhere.
 
     Before 0.7.1 V0 had no MLA backend (its DeepSeek layers ran FlashAttention per head): 16 there too."""
     if device == "cpu":
@@ -669,8 +697,8 @@ def default_block_size(model: ModelSpec, engine: EngineProfile, gpu: GpuSpec | N
             return 128
         if engine.mla_forces_flashmla:
             return 64
-        return 64 if _is_hopper(gpu) else 16
-    return 16
+        return 64 if _is_hopper(gpu) else engine.gpu_block_size
+    return engine.gpu_block_size
 
 
 def batch_defaults(
