@@ -122,7 +122,8 @@ def test_ngram_costs_nothing_but_reserves_lookahead_slots() -> None:
     assert ngram.kv_cache.num_gpu_blocks == base.kv_cache.num_gpu_blocks
     assert ngram.memory.weights_bytes == base.memory.weights_bytes
     assert ngram.features is not None
-    assert ngram.features.blocks_per_request_with_lookahead == math.ceil((8192 + 4) / 16)
+    block = ngram.kv_cache.block_size  # the release's default GPU block (64 from 0.34, 16 before)
+    assert ngram.features.blocks_per_request_with_lookahead == math.ceil((8192 + 4) / block)
 
 
 EAGLE_HEAD = {  # one Llama decoder layer with the target's attention shape (EAGLE-LLaMA3.1-Instruct-8B)
@@ -144,7 +145,7 @@ def test_eagle_head_weights_and_its_kv_layer_share_the_pool() -> None:
     assert base.kv_cache.bytes_per_token == 32 * per_layer
     assert eagle.kv_cache.bytes_per_token == 33 * per_layer  # the head's one attention layer joins the pool
     # 40 GiB over 33 layers' pages instead of 32.
-    assert eagle.kv_cache.num_gpu_blocks == 40 * GIB // (16 * per_layer) // 33
+    assert eagle.kv_cache.num_gpu_blocks == 40 * GIB // (eagle.kv_cache.block_size * per_layer) // 33
     assert eagle.features is not None and eagle.features.speculative_kv_layers == 1
     # Weights: the head's parameters in bf16 without the embedding and LM head it shares with the target
     # (v1/spec_decode/eagle.py); the vocab 128,256 is a multiple of 64, so nothing is padded.
@@ -286,7 +287,8 @@ def test_shared_prefix_raises_effective_concurrency() -> None:
     shared = llama_plan(ServingFeatures(shared_prefix_tokens=4096))
     assert shared.features is not None
     blocks = shared.kv_cache.num_gpu_blocks
-    expected = (blocks - 4096 // 16) / (8192 // 16 - 4096 // 16)
+    block = shared.kv_cache.block_size
+    expected = (blocks - 4096 // block) / (8192 // block - 4096 // block)
     assert shared.features.effective_max_concurrency == pytest.approx(expected, abs=1e-4)
     assert shared.features.effective_max_concurrency > 1.9 * shared.kv_cache.max_concurrency
 
@@ -323,7 +325,27 @@ def test_text_only_multimodal_skips_the_tower_and_images_charge_the_encoder_prof
     # Encoder budget max(max_num_batched_tokens 8192, 256) // 256 tokens per image = 32 images in the profile.
     cache = 32 * 256 * gemma.hidden_size * 2
     assert images.memory.activation_bytes - base.memory.activation_bytes == cache
-    assert base.memory.kv_cache_bytes - images.memory.kv_cache_bytes == cache
+    # The default release (0.34) sizes the KV cache after warm-up: it keeps the activation peak free and a margin
+    # of max(1 GiB, 0.75 × that peak) (``measure_kv_cache_bytes``, vllm/v1/worker/extensible_kv_cache.py), so the
+    # encoder cache costs the KV cache itself plus its growth of the margin.
+    assert images.settings.engine == "vllm-0.34"
+
+    def margin(activation: int) -> int:
+        return max(GIB, int(0.75 * activation))
+
+    grown = margin(images.memory.activation_bytes) - margin(base.memory.activation_bytes)
+    assert base.memory.kv_cache_bytes - images.memory.kv_cache_bytes == cache + grown
+    # With a utilisation below 1 the budget binds instead (``min(budget − non-KV, headroom − margin)``): one charge.
+    pinned = {"gpu_memory_utilization": 0.9, **common}
+    base_09 = plan(PlanRequest(model=gemma, **pinned))  # type: ignore[arg-type]
+    images_09 = plan(
+        PlanRequest(
+            model=gemma,
+            features=ServingFeatures(multimodal=MultimodalConfig(limit_mm_per_prompt=(("image", 4),))),
+            **pinned,
+        )  # type: ignore[arg-type]
+    )
+    assert base_09.memory.kv_cache_bytes - images_09.memory.kv_cache_bytes == cache
 
 
 def test_no_features_means_no_features_result() -> None:

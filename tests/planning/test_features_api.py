@@ -134,7 +134,8 @@ def test_kvcap_plan_feature_flags() -> None:
     features = json.loads(result.output)["features"]
     assert features["lora_bytes"] == LORA_4_X_16
     assert features["speculative_method"] == "ngram"
-    assert features["blocks_per_request_with_lookahead"] == -(-(8192 + 4) // 16)
+    # 64-token blocks: the newest release's default (CacheConfig.DEFAULT_BLOCK_SIZE, vllm/config/cache.py, 0.34.0).
+    assert features["blocks_per_request_with_lookahead"] == -(-(8192 + 4) // 64)
     text = runner.invoke(app, ["plan", "-m", "llama-3.1-8b", "-g", "h100-sxm-80gb", "--cpu-offload-gb", "4"])
     assert text.exit_code == 0, text.output
     assert "Serving features" in text.output and "cpu_offload" in text.output

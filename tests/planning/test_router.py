@@ -60,7 +60,9 @@ async def test_plan_resolves_hf_ids_and_gpu_operator_labels(client: httpx.AsyncC
     plan = (await client.post("/v1/plans", json=body)).json()
     assert plan["model"] == {"name": "llama-3.1-8b", "source": "catalog", "matched_by": "hf_id"}
     assert plan["gpu"]["name"] == "h100-sxm-80gb"
-    assert plan["settings"]["gpu_memory_utilization"] == 0.92  # newest release's default
+    # The newest release (0.34) on a GPU: the extensible KV cache's unset utilisation, 1.0
+    # (CacheConfig.resolved_gpu_memory_utilization, vllm/config/cache.py, 0.34.0).
+    assert plan["settings"]["gpu_memory_utilization"] == 1.0
     assert plan["settings"]["max_num_seqs"] == 1024  # H100-class batch default
 
 
@@ -73,8 +75,9 @@ async def test_disable_sliding_window_serves_full_attention_up_to_the_window(
     flagged = (await client.post("/v1/plans", json={**body, "disable_sliding_window": True})).json()
     assert windowed["settings"]["max_model_len"] == 32768
     assert flagged["settings"]["max_model_len"] == 4096
-    # A 4096-token request holds 4096 / 16 = 256 full-attention blocks.
-    assert flagged["kv_cache"]["blocks_per_request"] == 256
+    # A 4096-token request holds 4096 / 64 = 64 full-attention blocks (64-token blocks: 0.34's default).
+    assert flagged["kv_cache"]["block_size"] == 64
+    assert flagged["kv_cache"]["blocks_per_request"] == 64
     refused = (
         await client.post("/v1/plans", json={**body, "disable_sliding_window": True, "max_model_len": 8192})
     ).json()

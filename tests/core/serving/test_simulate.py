@@ -68,7 +68,7 @@ def test_closed_form_decode_stretches_match_a_step_by_step_run(
 
 def test_closed_form_matches_step_by_step_through_preemptions() -> None:
     # A tiny KV pool (400 blocks of 16 = 6,400 tokens) for 40 requests of 300 + 200 tokens forces preemption.
-    request = _request(num_gpu_blocks_override=401, async_scheduling=False, max_model_len=2048)
+    request = _request(num_gpu_blocks_override=401, async_scheduling=False, max_model_len=2048, block_size=16)
     spec = BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=200)
     fast = simulate(request, spec, coefficients=COEFFS)
     slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)

@@ -189,7 +189,7 @@ def test_spec_decode_stretches_match_a_step_by_step_run(
 
 def test_spec_decode_stretches_stop_before_the_pool_runs_out() -> None:
     # 401 blocks of 16 tokens for 40 requests of 300 + 200: the pool runs dry and requests are preempted.
-    request = _request("eagle3", 3, num_gpu_blocks_override=401, max_model_len=2048)
+    request = _request("eagle3", 3, num_gpu_blocks_override=401, max_model_len=2048, block_size=16)
     spec = BenchmarkSpec(num_prompts=40, random_input_len=300, random_output_len=200)
     fast = simulate(request, spec, coefficients=COEFFS)
     slow = simulate(request, spec, coefficients=COEFFS, step_by_step=True)
@@ -252,7 +252,12 @@ def test_no_drafts_schedule_exactly_as_without_speculative_decoding() -> None:
         ),
         (
             "ngram_gpu",
-            {"num_gpu_blocks_override": 401, "max_model_len": 2048, "async_scheduling": True},
+            {
+                "num_gpu_blocks_override": 401,
+                "max_model_len": 2048,
+                "async_scheduling": True,
+                "block_size": 16,
+            },
             BenchmarkSpec(
                 num_prompts=40, random_input_len=300, random_output_len=200, random_range_ratio=0.5
             ),
