@@ -230,3 +230,18 @@ def test_blackwell_cudagraph_estimate_uses_the_grids_from_0_34_only() -> None:
     # Hopper keeps the shared sizes in both releases.
     h_old, h_new = _plan("vllm-0.33"), _plan("vllm-0.34")
     assert h_old.memory.cudagraph_bytes == h_new.memory.cudagraph_bytes
+
+
+def test_no_utilisation_suggestion_below_the_extensible_default() -> None:
+    l4 = GpuSpec(name="L4", memory_bytes=24_152_899_584, compute_capability="8.9")
+
+    def suggested(engine: str, length: int) -> set[str]:
+        answer = plan(PlanRequest(model=LLAMA_31_8B, gpu=l4, engine=engine, max_model_len=length))
+        assert not answer.fits
+        return {s.setting for s in answer.suggestions}
+
+    # 0.33 at 0.92: a length that 0.95 would hold is offered --gpu-memory-utilization 0.95.
+    assert "gpu_memory_utilization" in suggested("vllm-0.33", 38_000)
+    # 0.34 already runs at 1.0 (the extensible KV cache's unset utilisation): 0.95 would lower it.
+    assert "gpu_memory_utilization" not in suggested("vllm-0.34", 45_000)
+    assert plan(PlanRequest(model=LLAMA_31_8B, gpu=l4, engine="vllm-0.34", max_model_len=38_000)).fits

@@ -53,7 +53,9 @@ def suggest(
                 Suggestion(setting="tensor_parallel_size", value=tp, text=f"tensor-parallel-size {tp}")
             )
             break
-    util = request.gpu_memory_utilization or settings.engine.default_gpu_memory_utilization
+    # The utilisation in force: an unset one is the release's default, 1.0 under 0.34's extensible KV cache
+    # (``settings.default_gpu_memory_utilization``), where raising it to 0.95 would lower it.
+    util = settings.gpu_memory_utilization
     if request.kv_cache_memory_bytes is None and util < 0.95 and works(gpu_memory_utilization=0.95):
         out.append(
             Suggestion(setting="gpu_memory_utilization", value=0.95, text="--gpu-memory-utilization 0.95")
