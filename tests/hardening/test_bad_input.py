@@ -388,6 +388,15 @@ async def test_unknown_releases_and_image_tags_warn(webhook_app: FastAPI, image:
     assert any(warning in w for w in response.get("warnings", [])), response
 
 
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.34.0", "vllm/vllm-openai:v0.34.1"])
+async def test_the_newest_modelled_release_does_not_warn(webhook_app: FastAPI, image: str) -> None:
+    # 0.34 is the newest release kvcap models (``engines.NEWEST_VERSION``): checked with its own rules, no warning.
+    body = copy.deepcopy(promising("8"))
+    body["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    response = (await review(webhook_app, body)).json()["response"]
+    assert not any("newer than" in w for w in response.get("warnings", [])), response
+
+
 # A cap on the work of one request ------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("path", "function", "body"),

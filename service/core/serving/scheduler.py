@@ -1,9 +1,10 @@
 """vLLM V1's scheduler, step by step (stage 3 of the serving simulator).
 
 The rules are those of ``vllm/v1/core/sched/scheduler.py::Scheduler.schedule`` and
-``vllm/v1/core/kv_cache_manager.py::KVCacheManager.allocate_slots`` as they stand from vLLM 0.11 to 0.33 (the
+``vllm/v1/core/kv_cache_manager.py::KVCacheManager.allocate_slots`` as they stand from vLLM 0.11 to 0.34 (the
 V1-only releases kvcap's engine profiles cover; the FCFS policy, chunked prefill on, prefix caching on — the
-V1 defaults):
+V1 defaults; 0.34's additions, ``cache_aware_admission_window`` (0, off, by default) and the asynchronous KV
+loads of KV connectors, change nothing modelled here):
 
 1. **Running requests first**, in order. Each asks for ``num_tokens − num_computed_tokens`` new tokens (one for
    a decoding request; the rest of its prompt for one still in prefill), clipped to
