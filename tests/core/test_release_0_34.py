@@ -245,3 +245,40 @@ def test_no_utilisation_suggestion_below_the_extensible_default() -> None:
     # 0.34 already runs at 1.0 (the extensible KV cache's unset utilisation): 0.95 would lower it.
     assert "gpu_memory_utilization" not in suggested("vllm-0.34", 45_000)
     assert plan(PlanRequest(model=LLAMA_31_8B, gpu=l4, engine="vllm-0.34", max_model_len=38_000)).fits
+
+
+def _refusal(engine: str, length: int) -> tuple[str, object]:
+    l4 = GpuSpec(name="L4", memory_bytes=24_152_899_584, compute_capability="8.9")
+    answer = plan(PlanRequest(model=LLAMA_31_8B, gpu=l4, engine=engine, max_model_len=length, detail=True))
+    text = next(m.text for m in answer.messages if m.code == "max_model_len_too_large")
+    return text, answer
+
+
+def test_refusal_before_warm_up_reads_the_tentative_capacity() -> None:
+    # get_kv_cache_configs checks first against requested − non-KV with no CUDA-graph estimate (0 under the
+    # extensible cache), less the null block (0.30+): here 16 GiB do not fit in it.
+    text, answer = _refusal("vllm-0.34", 131072)
+    m, kv = answer.memory, answer.kv_cache  # type: ignore[attr-defined]
+    tentative = m.total_bytes - m.weights_bytes - m.non_torch_bytes - m.activation_bytes - kv.bytes_per_block
+    assert f"the available KV cache memory ({tentative / GIB:.2f} GiB)" in text
+    assert (
+        "The extensible KV cache already takes all device memory left after the model and its activations; "
+        "decrease `max_model_len` or `max_num_seqs`, or the model needs a device with more memory. "
+        "Decreasing `max_model_len` also reduces what is needed." in text
+    )
+    assert "CUDA graphs" not in text and "Try increasing" not in text
+
+
+def test_refusal_after_warm_up_reads_the_measured_blocks() -> None:
+    # Longer than the measured cache holds, shorter than the tentative one: shrink_kv_cache_configs refuses it
+    # against (num_blocks − 1) × bytes per block, with the after-warm-up hint.
+    text, answer = _refusal("vllm-0.34", 48_000)
+    kv = answer.kv_cache  # type: ignore[attr-defined]
+    measured = (kv.num_gpu_blocks - 1) * kv.bytes_per_block
+    assert f"the available KV cache memory ({measured / GIB:.2f} GiB)" in text
+    assert f"the estimated maximum model length is {answer.max_model_len_that_fits}." in text  # type: ignore[attr-defined]
+    assert "left after the model, its activations, CUDA graphs and warmup" in text
+    assert "CUDA graphs take less with fewer or smaller capture sizes in the compilation config." in text
+    # 0.33's wording for the same refusal.
+    old, _ = _refusal("vllm-0.33", 48_000)
+    assert "Try increasing `gpu_memory_utilization` or decreasing `max_model_len`" in old

@@ -50,9 +50,8 @@ class PipelineStage(NamedTuple):
     available_low: int
     available_high: int
     num_gpu_blocks: int
-    margin_bytes: int = (
-        0  # the extensible KV cache's sizing margin (0.34+; ``memory.measured_kv_cache_bytes``)
-    )
+    margin_bytes: int = 0  # the extensible KV cache's sizing margin (0.34+, ``measured_kv_cache_bytes``)
+    tentative: int | None = None  # its capacity before warm-up (``StageMemory.tentative_bytes``)
 
 
 class Blocks(NamedTuple):
@@ -85,6 +84,7 @@ def count_blocks(settings: Settings, layout: Layout, memory: MemoryBudget) -> Bl
             available_high=mem.available_high_bytes,
             num_gpu_blocks=blocks_for(lay.layout, mem.available_bytes),
             margin_bytes=mem.margin_bytes,
+            tentative=mem.tentative_bytes,
         )
         for lay, mem in zip(layout.stages, memory.stages, strict=True)
     )

@@ -63,6 +63,9 @@ class StageMemory(NamedTuple):
     available_low_bytes: int
     available_high_bytes: int
     margin_bytes: int = 0  # the extensible KV cache's sizing margin (0.34+), 0 otherwise
+    # The extensible KV cache's capacity before warm-up (0.34+; ``determine_available_memory`` with no CUDA-graph
+    # estimate): budget − weights − non-torch − activation peak. The refusal check runs on it first.
+    tentative_bytes: int | None = None
 
 
 class MemoryBudget(NamedTuple):
@@ -114,7 +117,7 @@ def memory_budget(
         )
         if extra_activation and share.stage == 0:
             overheads = _with_encoder_profile(overheads, extra_activation)
-        margin = 0
+        margin, tentative = 0, None
         if settings.kv_cache_memory_bytes is not None:
             available = low = high = settings.kv_cache_memory_bytes
         elif settings.extensible_kv_cache:
@@ -133,6 +136,7 @@ def memory_budget(
                 for end in ("bytes", "high", "low")
             ]
             (available, margin), (low, _), (high, _) = sized
+            tentative = int(budget - weights - overheads.non_torch.bytes - overheads.activation.bytes)
         else:
             free = budget - weights
             available = int(free - overheads.total_bytes)
@@ -150,6 +154,7 @@ def memory_budget(
                 available_low_bytes=low,
                 available_high_bytes=high,
                 margin_bytes=margin,
+                tentative_bytes=tentative,
             )
         )
     return MemoryBudget(

@@ -94,6 +94,12 @@ def judge(
     max_len = capacity.max_model_len
     if n_blocks > 0 and max_len and not capacity.requested_fits and not settings.max_model_len_auto:
         needed, available = check.refusal_figures(blocks.stages, worst, max_len)
+        estimate = capacity.max_model_len_that_fits
+        hint = None
+        if settings.extensible_kv_cache:
+            needed, available, estimate, hint = _extensible_refusal(
+                settings, blocks, check, max_len, estimate
+            )
         messages.append(
             Message(
                 level="error",
@@ -101,10 +107,11 @@ def judge(
                 text=max_len_message(
                     settings.engine,
                     max_len,
-                    capacity.max_model_len_that_fits,
+                    estimate,
                     needed,
                     available,
                     check.v0_capacity_tokens,
+                    hint=hint,
                 ),
             )
         )
@@ -282,10 +289,71 @@ def _cudagraph_headroom(settings: Settings, memory: MemoryBudget, blocks: Blocks
     ]
 
 
+def _extensible_refusal(
+    settings: Settings, blocks: Blocks, check: LengthCheck, length: int, estimate: int
+) -> tuple[int, int, int, str]:
+    """(needed, available, estimated length, hint) of 0.34's refusal under the extensible KV cache.
+
+    ``get_kv_cache_configs`` checks first against the capacity before warm-up (``tentative``); a request that
+    passes there is checked again after warm-up and capture (``shrink_kv_cache_configs``) against the measured
+    blocks less the null block. Each names its hint (``_more_kv_cache_memory_hint``,
+    vllm/v1/core/kv_cache_planning.py, 0.34.0).
+    """
+    stages = blocks.stages
+    util = settings.gpu_memory_utilization
+    tentative = [s.tentative for s in stages]
+    if all(t is not None for t in tentative):
+        before = tuple(
+            s._replace(available=t) for s, t in zip(stages, tentative, strict=True) if t is not None
+        )
+        worst = min(before, key=lambda s: s.available)
+        if not check.fits(before, length):
+            needed, available = check.refusal_figures(before, worst, length)
+            limit = settings.derived_max_model_len or length
+            return needed, available, check.largest_fitting(before, limit), _extensible_hint(util, False)
+    # After warm-up the check reads the committed blocks, ``(num_blocks − 1) × bytes per block``.
+    worst = blocks.worst
+    needed, _ = check.refusal_figures(stages, worst, length)
+    available = (worst.num_gpu_blocks - 1) * worst.layout.bytes_per_block
+    return needed, available, estimate, _extensible_hint(util, True)
+
+
+def _extensible_hint(utilization: float, after_warmup: bool) -> str:
+    """``_more_kv_cache_memory_hint`` (vllm/v1/core/kv_cache_planning.py, 0.34.0) with the extensible KV cache."""
+    used_by = (
+        "the model, its activations, CUDA graphs and warmup"
+        if after_warmup
+        else "the model and its activations"
+    )
+    graphs = (
+        " CUDA graphs take less with fewer or smaller capture sizes in the compilation config."
+        if after_warmup
+        else ""
+    )
+    if utilization < 1.0:
+        return (
+            f"The KV cache gets what is left after {used_by} within `gpu_memory_utilization`={utilization}; "
+            "increase it (with the extensible KV cache it defaults to 1.0) or decrease `max_model_len` or "
+            f"`max_num_seqs`.{graphs}"
+        )
+    return (
+        f"The extensible KV cache already takes all device memory left after {used_by}; decrease "
+        f"`max_model_len` or `max_num_seqs`, or the model needs a device with more memory.{graphs}"
+    )
+
+
 def max_len_message(
-    engine: EngineProfile, length: int, estimate: int, needed: int, available: int, v0_tokens: int
+    engine: EngineProfile,
+    length: int,
+    estimate: int,
+    needed: int,
+    available: int,
+    v0_tokens: int,
+    *,
+    hint: str | None = None,
 ) -> str:
-    """vLLM's refusal when one max_model_len request does not fit, in the wording of the release."""
+    """vLLM's refusal when one max_model_len request does not fit, in the wording of the release (``hint``: 0.34's
+    extensible KV cache names its own remedy, then "Decreasing `max_model_len` also reduces what is needed.")."""
     if engine.v0:
         return (
             f"The model's max seq len ({length}) is larger than the maximum number of tokens that can be stored in KV cache "
@@ -297,8 +365,10 @@ def max_len_message(
         if estimate > 0
         else ""
     )
-    return (
+    head = (
         f"To serve at least one request with the {owner} max seq len ({length}), ({needed / GIB:.2f} GiB KV cache is needed, "
-        f"which is larger than the available KV cache memory ({available / GIB:.2f} GiB).{est} Try increasing "
-        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        f"which is larger than the available KV cache memory ({available / GIB:.2f} GiB).{est}"
     )
+    if hint is not None:
+        return f"{head} {hint} Decreasing `max_model_len` also reduces what is needed."
+    return f"{head} Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
