@@ -282,3 +282,26 @@ def test_refusal_after_warm_up_reads_the_measured_blocks() -> None:
     # 0.33's wording for the same refusal.
     old, _ = _refusal("vllm-0.33", 48_000)
     assert "Try increasing `gpu_memory_utilization` or decreasing `max_model_len`" in old
+
+
+def test_no_memory_for_blocks_names_the_extensible_remedy() -> None:
+    def refusal(engine: str, gib: float) -> tuple[str, object]:
+        gpu = GpuSpec(name="small", memory_bytes=int(gib * GIB), compute_capability="8.9")
+        answer = plan(PlanRequest(model=LLAMA_31_8B, gpu=gpu, engine=engine, max_model_len=4096))
+        return next(m.text for m in answer.messages if m.code == "no_memory_for_blocks"), answer
+
+    # 15.5 GiB: Llama-8B's 14.99 GiB of weights, non-torch and the activation peak leave nothing before warm-up.
+    before, answer = refusal("vllm-0.34", 15.5)
+    m = answer.memory  # type: ignore[attr-defined]
+    assert m.total_bytes - m.weights_bytes - m.non_torch_bytes - m.activation_bytes <= 0
+    assert before.startswith(
+        "No available memory for the cache blocks. The extensible KV cache already takes all device memory left "
+        "after the model and its activations;"
+    )
+    # 16 GiB: something before warm-up, nothing once the graphs and the margin are taken.
+    after, answer = refusal("vllm-0.34", 16)
+    m = answer.memory  # type: ignore[attr-defined]
+    assert m.total_bytes - m.weights_bytes - m.non_torch_bytes - m.activation_bytes > 0
+    assert "left after the model, its activations, CUDA graphs and warmup" in after
+    old, _ = refusal("vllm-0.33", 16)
+    assert "Try increasing `gpu_memory_utilization`" in old

@@ -54,6 +54,20 @@ def judge(
                     ),
                 )
             )
+        elif worst.available <= 0 and settings.extensible_kv_cache:
+            # 0.34's extensible KV cache: before warm-up when the tentative capacity is already spent, else after.
+            before = worst.tentative is not None and worst.tentative <= 0
+            remedy = _extensible_hint(settings.gpu_memory_utilization, not before)
+            messages.append(
+                Message(
+                    level="error",
+                    code="no_memory_for_blocks",
+                    text=(
+                        f"No available memory for the cache blocks. {remedy} (measured after warm-up: "
+                        f"{gib(worst.available)} GiB)"
+                    ),
+                )
+            )
         elif worst.available <= 0:
             messages.append(
                 Message(
