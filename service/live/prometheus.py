@@ -65,6 +65,10 @@ QUERIED = (
     SPEC_DRAFTS,
     SPEC_ACCEPTED_TOKENS,
 )
+# One source's queries (the names above, the histograms, ``up``) hold at most this many of the client's connections
+# at once: a Prometheus that accepts and never answers then ties up only these until its timeout, not the whole
+# refresh's concurrency (``KVCAP_SCRAPE_CONCURRENCY``) that the other deployments' reads need.
+QUERIES_IN_FLIGHT = 4
 HISTOGRAMS_REGEX = "({})({})".format("|".join(HISTOGRAM_NAMES), "|".join(HISTOGRAM_SUFFIXES))
 
 
@@ -128,16 +132,19 @@ async def query_prometheus(
     base = source.url.rstrip("/")
     endpoint = f"{base}/api/v1/query"
 
+    in_flight = asyncio.Semaphore(QUERIES_IN_FLIGHT)
+
     async def instant(expr: str) -> list[dict[str, Any]]:
-        body = await fetch_capped(
-            client,
-            endpoint,
-            max_bytes=max_bytes,
-            guard=guard,
-            params={"query": expr},
-            headers={"Accept": "application/json"},
-            timeout_s=timeout_s,
-        )
+        async with in_flight:
+            body = await fetch_capped(
+                client,
+                endpoint,
+                max_bytes=max_bytes,
+                guard=guard,
+                params={"query": expr},
+                headers={"Accept": "application/json"},
+                timeout_s=timeout_s,
+            )
         return _vector(body)
 
     try:
