@@ -1,9 +1,9 @@
 """Live data from a Prometheus server that already scrapes the fleet (``{"prometheus": {"url", "match"}}``).
 
 For fleets beyond one kvcap's reach kvcap does not scrape the pods itself; it runs a handful of instant
-queries (``GET /api/v1/query``, https://prometheus.io/docs/prometheus/latest/querying/api/) — one per vLLM
-gauge it reads and one for all the latency/token histogram series (a ``__name__`` regex), each restricted by
-the deployment's ``match`` selector — and regroups the series by pod
+queries (``GET /api/v1/query``, https://prometheus.io/docs/prometheus/latest/querying/api/) — one for every
+vLLM gauge and counter it reads and one for all the latency/token histogram series (each a ``__name__`` regex),
+restricted by the deployment's ``match`` selector — and regroups the series by pod
 (label ``pod``, else ``instance``) into the same ``TargetResult`` a direct scrape gives, so nothing downstream
 knows the difference. ``up{match}`` marks pods whose own scrape fails (reason ``down``).
 
@@ -56,9 +56,11 @@ TARGET_LABELS = frozenset(
         "prometheus_replica",
     }
 )
+# The gauges and counters, the pre-0.11 usage name among them (``metrics_from_samples`` prefers the new one).
 QUERIED = (
     CACHE_CONFIG_INFO,
     KV_CACHE_USAGE,
+    GPU_CACHE_USAGE_OLD,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     PREEMPTIONS,
@@ -70,6 +72,11 @@ QUERIED = (
 # refresh's concurrency (``KVCAP_SCRAPE_CONCURRENCY``) that the other deployments' reads need.
 QUERIES_IN_FLIGHT = 4
 HISTOGRAMS_REGEX = "({})({})".format("|".join(HISTOGRAM_NAMES), "|".join(HISTOGRAM_SUFFIXES))
+
+
+def samples_query(match: str) -> str:
+    """Every gauge and counter series kvcap reads (``QUERIED``), restricted by ``match``."""
+    return '{__name__=~"' + "|".join(QUERIED) + '",' + match.strip()[1:]
 
 
 def histograms_query(match: str) -> str:
@@ -152,14 +159,11 @@ async def query_prometheus(
             if guard is not None:
                 await guard.check_resolved(endpoint)
             answers = await asyncio.gather(
-                *(instant(name + source.match) for name in QUERIED),
+                instant(samples_query(source.match)),
                 instant(histograms_query(source.match)),
                 instant("up" + source.match),
             )
-            by_name = dict(zip(QUERIED, answers[: len(QUERIED)], strict=True))
-            by_name["histograms"] = answers[len(QUERIED)]
-            if not by_name[KV_CACHE_USAGE]:  # before 0.11 only the old name may exist
-                by_name[GPU_CACHE_USAGE_OLD] = await instant(GPU_CACHE_USAGE_OLD + source.match)
+            by_name = {"samples": answers[0], "histograms": answers[1]}
     except Exception as exc:
         reason, detail = classify(exc)
         return [

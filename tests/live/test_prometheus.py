@@ -9,7 +9,7 @@ import pytest
 
 from service.live.guard import TargetGuard
 from service.live.histograms import TTFT
-from service.live.prometheus import histograms_query, query_prometheus
+from service.live.prometheus import histograms_query, query_prometheus, samples_query
 from service.live.schemas import PrometheusQuery
 
 MATCH = '{namespace="llm",app="vllm"}'
@@ -84,9 +84,12 @@ def prometheus(answers: dict[str, list[dict[str, Any]]], queries: list[str] | No
         query = request.url.params["query"]
         if queries is not None:
             queries.append(query)
-        if query.startswith('{__name__=~"'):  # the one query for every histogram series
-            assert query == histograms_query(MATCH)
+        if query == histograms_query(MATCH):  # the one query for every histogram series
             return httpx.Response(200, json=vector(answers.get("histograms", [])))
+        if query.startswith('{__name__=~"'):  # the one query for the gauges and counters, by a name regex
+            assert query == samples_query(MATCH)
+            names = query[len('{__name__=~"') :].split('"', 1)[0].split("|")
+            return httpx.Response(200, json=vector([s for name in names for s in answers.get(name, [])]))
         name, _, selector = query.partition("{")
         assert "{" + selector == MATCH
         return httpx.Response(200, json=vector(answers.get(name, [])))
@@ -98,7 +101,8 @@ async def test_groups_series_by_pod_into_the_same_results_a_scrape_gives() -> No
     queries: list[str] = []
     async with prometheus(FLEET, queries) as client:
         results = await query_prometheus(client, SOURCE, guard=None, timeout_s=5, max_bytes=1 << 20)
-    assert sorted(queries) == sorted([*(f"{name}{MATCH}" for name in FLEET), histograms_query(MATCH)])
+    # Three queries for a source, whatever it holds: the gauges and counters, the histograms, ``up``.
+    assert sorted(queries) == sorted([samples_query(MATCH), histograms_query(MATCH), f"up{MATCH}"])
     by_pod = {r.pod: r for r in results}
     assert set(by_pod) == {"chat-0", "chat-1", "chat-2"}
     chat0 = by_pod["chat-0"].metrics
@@ -145,7 +149,8 @@ async def test_falls_back_to_the_pre_0_11_usage_name() -> None:
     queries: list[str] = []
     async with prometheus(old_fleet, queries) as client:
         (result,) = await query_prometheus(client, SOURCE, guard=None, timeout_s=5, max_bytes=1 << 20)
-    assert f"vllm:gpu_cache_usage_perc{MATCH}" in queries
+    assert "vllm:gpu_cache_usage_perc" in samples_query(MATCH)  # asked for in the same query as the new name
+    assert len(queries) == 3
     assert result.metrics is not None
     assert result.metrics.kv_cache_usage_ratio == 0.5
 
