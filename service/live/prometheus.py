@@ -3,7 +3,8 @@
 For fleets beyond one kvcap's reach kvcap does not scrape the pods itself; it runs a handful of instant
 queries (``GET /api/v1/query``, https://prometheus.io/docs/prometheus/latest/querying/api/) — one for every
 vLLM gauge and counter it reads and one for all the latency/token histogram series (each a ``__name__`` regex),
-restricted by the deployment's ``match`` selector — and regroups the series by pod
+restricted by the deployment's ``match`` selector; with ``up`` three queries, so a Prometheus that accepts and never
+answers holds three of the refresh's connections until its timeout — and regroups the series by pod
 (label ``pod``, else ``instance``) into the same ``TargetResult`` a direct scrape gives, so nothing downstream
 knows the difference. ``up{match}`` marks pods whose own scrape fails (reason ``down``).
 
@@ -67,10 +68,6 @@ QUERIED = (
     SPEC_DRAFTS,
     SPEC_ACCEPTED_TOKENS,
 )
-# One source's queries (the names above, the histograms, ``up``) hold at most this many of the client's connections
-# at once: a Prometheus that accepts and never answers then ties up only these until its timeout, not the whole
-# refresh's concurrency (``KVCAP_SCRAPE_CONCURRENCY``) that the other deployments' reads need.
-QUERIES_IN_FLIGHT = 4
 HISTOGRAMS_REGEX = "({})({})".format("|".join(HISTOGRAM_NAMES), "|".join(HISTOGRAM_SUFFIXES))
 
 
@@ -139,19 +136,16 @@ async def query_prometheus(
     base = source.url.rstrip("/")
     endpoint = f"{base}/api/v1/query"
 
-    in_flight = asyncio.Semaphore(QUERIES_IN_FLIGHT)
-
     async def instant(expr: str) -> list[dict[str, Any]]:
-        async with in_flight:
-            body = await fetch_capped(
-                client,
-                endpoint,
-                max_bytes=max_bytes,
-                guard=guard,
-                params={"query": expr},
-                headers={"Accept": "application/json"},
-                timeout_s=timeout_s,
-            )
+        body = await fetch_capped(
+            client,
+            endpoint,
+            max_bytes=max_bytes,
+            guard=guard,
+            params={"query": expr},
+            headers={"Accept": "application/json"},
+            timeout_s=timeout_s,
+        )
         return _vector(body)
 
     try:
