@@ -305,3 +305,23 @@ def test_no_memory_for_blocks_names_the_extensible_remedy() -> None:
     assert "left after the model, its activations, CUDA graphs and warmup" in after
     old, _ = refusal("vllm-0.33", 16)
     assert "Try increasing `gpu_memory_utilization`" in old
+
+
+def test_the_low_end_allows_a_gib_held_before_the_start_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The central estimate takes the free memory at start as the GPU's total; the band's low end takes
+    # START_SNAPSHOT_BAND_BYTES (1 GiB) less: the CUDA context and the like, not modelled.
+    from service.core.planner import memory
+
+    def low_end(name: str, band: int, **changes: object) -> tuple[int, int]:
+        monkeypatch.setattr(memory, "START_SNAPSHOT_BAND_BYTES", band)
+        gpu = GpuSpec(name=name, memory_bytes=80 * GIB, compute_capability="9.0")  # a new key: nothing cached
+        m = _plan("vllm-0.34", gpu=gpu, **changes).memory
+        return m.kv_cache_bytes, m.kv_cache_bytes_low
+
+    central, low = low_end("H100-band", GIB)
+    same, without = low_end("H100-no-band", 0)
+    assert central == same and without - low == GIB  # the headroom term binds: utilisation 1.0
+    # Under an explicit utilisation the budget term binds and the allowance does not come into it.
+    _, bound = low_end("H100-0.9-band", GIB, gpu_memory_utilization=0.9)
+    _, bound_without = low_end("H100-0.9-no-band", 0, gpu_memory_utilization=0.9)
+    assert bound == bound_without
