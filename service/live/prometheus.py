@@ -24,18 +24,7 @@ import httpx
 
 from service.live.guard import TargetGuard
 from service.live.histograms import HISTOGRAM_NAMES, HISTOGRAM_SUFFIXES
-from service.live.parser import (
-    CACHE_CONFIG_INFO,
-    GPU_CACHE_USAGE_OLD,
-    KV_CACHE_USAGE,
-    PREEMPTIONS,
-    REQUESTS_RUNNING,
-    REQUESTS_WAITING,
-    SPEC_ACCEPTED_TOKENS,
-    SPEC_DRAFTS,
-    Sample,
-    metrics_from_samples,
-)
+from service.live.parser import SAMPLE_NAMES, Sample, metrics_from_samples
 from service.live.schemas import PrometheusQuery
 from service.live.scraper import FetchError, TargetResult, classify, fetch_capped, pod_from_url
 
@@ -57,17 +46,9 @@ TARGET_LABELS = frozenset(
         "prometheus_replica",
     }
 )
-# The gauges and counters, the pre-0.11 usage name among them (``metrics_from_samples`` prefers the new one).
-QUERIED = (
-    CACHE_CONFIG_INFO,
-    KV_CACHE_USAGE,
-    GPU_CACHE_USAGE_OLD,
-    REQUESTS_RUNNING,
-    REQUESTS_WAITING,
-    PREEMPTIONS,
-    SPEC_DRAFTS,
-    SPEC_ACCEPTED_TOKENS,
-)
+# The gauges and counters the parser reads, the pre-0.11 usage name among them (``metrics_from_samples`` prefers
+# the new one), in a stable order for the query text.
+QUERIED = tuple(sorted(SAMPLE_NAMES))
 HISTOGRAMS_REGEX = "({})({})".format("|".join(HISTOGRAM_NAMES), "|".join(HISTOGRAM_SUFFIXES))
 
 
