@@ -156,41 +156,23 @@ def explain_fixed(
             ),
         ]
         if settings.extensible_kv_cache:
-            terms += [
+            terms.append(
                 Term(
                     name="sizing_margin",
                     formula="max(1 GiB (3 GiB on ROCm), 0.75 × activation_peak): kept free by the extensible KV cache",
                     value=worst.margin_bytes,
                     unit="bytes",
-                ),
-                Term(
-                    name="kv_cache_memory",
-                    formula=(
-                        "min(budget − weights − non_torch − cudagraph, total − weights − non_torch − cudagraph − "
-                        "sizing_margin) − activation_peak (sized after warm-up and capture)"
-                    ),
-                    value=worst.available,
-                    unit="bytes",
-                ),
-            ]
-        else:
-            terms.append(
-                Term(
-                    name="kv_cache_memory",
-                    formula="budget − weights − activation_peak − non_torch − cudagraph",
-                    value=worst.available,
-                    unit="bytes",
                 )
             )
-    else:
-        terms.append(
-            Term(
-                name="kv_cache_memory",
-                formula="kv_cache_memory_bytes as given (profiling skipped, utilisation ignored)",
-                value=worst.available,
-                unit="bytes",
+            kv_formula = (
+                "min(budget − weights − non_torch − cudagraph, total − weights − non_torch − cudagraph − "
+                "sizing_margin) − activation_peak (sized after warm-up and capture)"
             )
-        )
+        else:
+            kv_formula = "budget − weights − activation_peak − non_torch − cudagraph"
+    else:
+        kv_formula = "kv_cache_memory_bytes as given (profiling skipped, utilisation ignored)"
+    terms.append(Term(name="kv_cache_memory", formula=kv_formula, value=worst.available, unit="bytes"))
     pp = settings.pipeline_parallel_size
     terms.append(
         Term(
